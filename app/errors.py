@@ -1,0 +1,173 @@
+"""Typed errors raised by ggtune's core.
+
+Every error a user can cause (a bad file, a bad flag) is a :class:`GGTuneError`; callers
+catch that one class and show ``str(err)``, which is always one readable line.
+
+The tree::
+
+    GGTuneError
+    ├── GGUFError                  a model file could not be read (has .path and .offset)
+    │   ├── NotGGUFError           the magic is not "GGUF"
+    │   ├── UnsupportedVersionError  GGUF version other than 2 or 3
+    │   ├── TruncatedError         the file ends inside a structure
+    │   ├── LimitExceededError     a count or length larger than the file could hold
+    │   ├── UnknownValueTypeError  a metadata value type outside the GGUF spec
+    │   ├── UnknownTensorTypeError a ggml tensor type this build does not know
+    │   ├── InvalidTensorDataError tensor data out of the file, misaligned or overlapping
+    │   └── InvalidMetadataError   a key the model needs is missing or has the wrong type
+    ├── SplitModelError            shards of a split model are missing or do not match
+    ├── ModelFileNotFoundError     the path does not exist / is not a file
+    ├── UnsupportedModelError      the architecture's memory rules are unknown
+    ├── SettingsError              a setting out of range (e.g. a negative context)
+    ├── ModelFetchError            a demo/test model could not be fetched from PyPI
+    │                              (pip failed, checksum mismatch, disk full)
+    └── EngineError                llama.cpp, run in a child process, failed (has .cause,
+        │                          .log_tail, .exit_code, .signal); the app stays up
+        ├── EngineCrashedError     the child died inside llama.cpp (abort, segfault, OOM kill)
+        ├── EngineLoadError        llama.cpp refused the model or the context (NULL)
+        ├── EngineTimeoutError     a step ran past its time limit; the child was killed
+        ├── EngineCancelledError   cancelled by the user; the child was killed
+        └── EngineUnsupportedError a setting the engine bindings cannot express
+
+Example::
+
+    try:
+        header = read_header("model.gguf")
+    except GGTuneError as err:
+        print(err)  # "model.gguf: truncated at byte 1234: ..."
+
+    try:
+        report = dry_run("model.gguf", settings)
+    except EngineError as err:
+        print(err)                    # "llama.cpp aborted (SIGABRT) while loading ...: ..."
+        print(*err.log_tail, sep="\n")  # llama.cpp's last log lines, then the child's stderr
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+
+class GGTuneError(Exception):
+    """Base of every error a user can cause; ``str()`` is one readable line."""
+
+
+class GGUFError(GGTuneError):
+    """A GGUF file could not be read.
+
+    ``path`` names the file (or the file object's ``name``), ``offset`` the byte where the
+    problem was found (``None`` when it is not about one place).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], offset: int | None, message: str) -> None:
+        self.path = os.fspath(path)
+        self.offset = offset
+        self.message = message
+        where = f" at byte {offset}" if offset is not None else ""
+        super().__init__(f"{self.path}:{where} {message}" if where else f"{self.path}: {message}")
+
+
+class NotGGUFError(GGUFError):
+    """The file does not start with the GGUF magic."""
+
+
+class UnsupportedVersionError(GGUFError):
+    """The GGUF version is not one this reader understands (2 or 3)."""
+
+
+class TruncatedError(GGUFError):
+    """The file ends in the middle of a header structure."""
+
+
+class LimitExceededError(GGUFError):
+    """A count or length is larger than the rest of the file could possibly hold."""
+
+
+class UnknownValueTypeError(GGUFError):
+    """A metadata value has a type code outside the GGUF specification."""
+
+
+class UnknownTensorTypeError(GGUFError):
+    """A tensor has a ggml type code this build of gguf does not know."""
+
+
+class InvalidTensorDataError(GGUFError):
+    """Tensor data lies outside the file, is misaligned, or overlaps another tensor."""
+
+
+class InvalidMetadataError(GGUFError):
+    """A metadata key the model needs is missing or has the wrong type."""
+
+
+class SplitModelError(GGTuneError):
+    """Shards of a split model are missing, duplicated, or do not belong together."""
+
+
+class ModelFileNotFoundError(GGTuneError):
+    """The given model path does not exist or is not a regular file."""
+
+
+class UnsupportedModelError(GGTuneError):
+    """ggtune does not know the memory rules of this model's architecture."""
+
+
+class SettingsError(GGTuneError):
+    """A setting is out of range or contradicts another setting."""
+
+
+class ModelFetchError(GGTuneError):
+    """A demo or test model could not be fetched from PyPI, checked, or written to disk.
+
+    Nothing is left behind: the file is either complete and checksummed, or absent.
+    """
+
+
+class EngineError(GGTuneError):
+    """llama.cpp, run in a child process by ``runner/``, failed; the app stays up.
+
+    ``cause`` is the one-line reason (also ``str(err)``), e.g. ``"llama.cpp aborted
+    (SIGABRT) while loading the model: .../llama-model.cpp:1855: GGML_ASSERT(!ml.no_alloc)
+    failed"``. ``log_tail`` holds llama.cpp's last log lines (DEBUG lines left out) followed
+    by what the child wrote to stderr, oldest first. ``exit_code`` is the child's exit
+    status when it exited by itself, ``signal`` the number of the signal that ended it;
+    both are ``None`` when the child was still alive or the error came from the parent.
+    """
+
+    def __init__(
+        self,
+        cause: str,
+        *,
+        log_tail: Iterable[str] = (),
+        exit_code: int | None = None,
+        signal: int | None = None,
+    ) -> None:
+        self.cause = " ".join(cause.split())
+        self.log_tail = tuple(log_tail)
+        self.exit_code = exit_code
+        self.signal = signal
+        super().__init__(self.cause)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keep the keyword-only fields when the error crosses a process boundary.
+        return (type(self), (self.cause,), self.__dict__)
+
+
+class EngineCrashedError(EngineError):
+    """The child process died inside llama.cpp: an abort, a segfault, or a kill (OOM)."""
+
+
+class EngineLoadError(EngineError):
+    """llama.cpp returned no model or no context (bad file, unsupported setting)."""
+
+
+class EngineTimeoutError(EngineError):
+    """A step of the engine run took longer than allowed; the child was killed."""
+
+
+class EngineCancelledError(EngineError):
+    """The run was cancelled; the child was killed."""
+
+
+class EngineUnsupportedError(EngineError):
+    """A setting cannot be expressed through the llama.cpp bindings in use."""

@@ -1,0 +1,591 @@
+"""Where every byte goes: weights, KV cache, recurrent state and buffers, per device.
+
+:func:`estimate` is a pure function of a :class:`~app.spec.ModelSpec`, the run
+:class:`~app.settings.Settings` and the :class:`~app.hardware.Hardware`. It follows the
+llama.cpp vendored in the pinned llama-cpp-python (commit in docs/engine.md); each rule cites
+the source file it comes from. Weights, KV cache and recurrent state are exact; compute
+buffers come from a model of llama.cpp's worst-case graph reservation, checked against the
+engine in tests/ (docs/benchmarks.md lists the residual error).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from app.errors import SettingsError
+from app.hardware import Device, DeviceKind, Hardware
+from app.settings import CacheType, Settings
+from app.spec import ModelSpec, TensorSpec
+
+MIB: Final = 1024 * 1024
+PAD_CELLS: Final = 256
+"""``cparams.n_ctx`` and the SWA cache are padded to 256 cells (``llama-context.cpp``)."""
+
+_CACHE_GGML: Final[dict[CacheType, GGMLQuantizationType]] = {
+    "f32": GGMLQuantizationType.F32,
+    "f16": GGMLQuantizationType.F16,
+    "bf16": GGMLQuantizationType.BF16,
+    "q8_0": GGMLQuantizationType.Q8_0,
+    "q4_0": GGMLQuantizationType.Q4_0,
+    "q4_1": GGMLQuantizationType.Q4_1,
+    "q5_0": GGMLQuantizationType.Q5_0,
+    "q5_1": GGMLQuantizationType.Q5_1,
+    "iq4_nl": GGMLQuantizationType.IQ4_NL,
+}
+
+# ggml-cpu/repack.cpp ggml_repack_get_optimal_repack_type: with AVX2 these weight types are
+# repacked (interleaved 8 rows) into a CPU_REPACK buffer when ne1 % 8 == 0.
+_REPACK_AVX2: Final = frozenset(
+    {
+        GGMLQuantizationType.Q4_0,
+        GGMLQuantizationType.Q4_K,
+        GGMLQuantizationType.IQ4_NL,
+        GGMLQuantizationType.MXFP4,
+    }
+)
+_REPACK_AVX512_EXTRA: Final = frozenset({GGMLQuantizationType.Q2_K})
+_REPACK_NEON_I8MM: Final = frozenset(
+    {
+        GGMLQuantizationType.Q4_0,
+        GGMLQuantizationType.Q4_K,
+        GGMLQuantizationType.Q5_K,
+        GGMLQuantizationType.Q6_K,
+        GGMLQuantizationType.IQ4_NL,
+        GGMLQuantizationType.MXFP4,
+        GGMLQuantizationType.Q8_0,
+    }
+)
+
+
+def row_bytes(cache_type: CacheType, n_elements: int) -> int:
+    """Return ``ggml_row_size(type, n)``: bytes of one row of ``n_elements`` of ``cache_type``."""
+    block, size = GGML_QUANT_SIZES[_CACHE_GGML[cache_type]]
+    assert n_elements % block == 0, f"{n_elements} elements do not fill {cache_type} blocks"
+    return n_elements // block * size
+
+
+def pad(value: int, multiple: int) -> int:
+    """Return ``GGML_PAD(value, multiple)``."""
+    return (value + multiple - 1) // multiple * multiple
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEstimate:
+    """One cache llama.cpp creates, as its ``llama_kv_cache: size = …`` line reports it.
+
+    ``kind`` is ``"kv"`` (full attention), ``"kv_swa"`` (sliding window) or ``"recurrent"``.
+    ``cells`` is per stream; ``n_stream`` streams are allocated side by side.
+    """
+
+    kind: Literal["kv", "kv_swa", "recurrent"]
+    cells: int
+    n_stream: int
+    n_layers: int
+    type_k: str
+    type_v: str
+    k_bytes: int
+    v_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        """Return K + V (or R + S) bytes."""
+        return self.k_bytes + self.v_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceEstimate:
+    """Memory on one device, in bytes, and the layers placed there."""
+
+    name: str
+    kind: DeviceKind
+    weights_bytes: int
+    kv_bytes: int
+    recurrent_bytes: int
+    compute_bytes: int
+    output_bytes: int
+    other_bytes: int
+    capacity_bytes: int | None
+    n_layers: int
+
+    @property
+    def total_bytes(self) -> int:
+        """Return the sum of all components."""
+        return (
+            self.weights_bytes
+            + self.kv_bytes
+            + self.recurrent_bytes
+            + self.compute_bytes
+            + self.output_bytes
+            + self.other_bytes
+        )
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        """Return capacity minus total (negative when it does not fit), or None if unknown."""
+        return None if self.capacity_bytes is None else self.capacity_bytes - self.total_bytes
+
+    @property
+    def fits(self) -> bool | None:
+        """Return whether the total fits the capacity (None when the capacity is unknown)."""
+        room = self.headroom_bytes
+        return None if room is None else room >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedContext:
+    """The context llama.cpp will really create for the settings (``llama-context.cpp``)."""
+
+    n_ctx: int
+    n_ctx_seq: int
+    n_stream: int
+    n_batch: int
+    n_ubatch: int
+    flash_attn: bool
+    swa_full: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    """The full answer: per-device memory, the caches, and what llama.cpp will resolve."""
+
+    devices: tuple[DeviceEstimate, ...]
+    caches: tuple[CacheEstimate, ...]
+    context: ResolvedContext
+    n_gpu_layers: int
+    kv_rule_known: bool
+    notes: tuple[str, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        """Return the total over all devices."""
+        return sum(d.total_bytes for d in self.devices)
+
+    @property
+    def fits(self) -> bool | None:
+        """Return False if any device overflows, None if a capacity is unknown, else True."""
+        verdicts = [d.fits for d in self.devices]
+        if any(v is False for v in verdicts):
+            return False
+        if any(v is None for v in verdicts):
+            return None
+        return True
+
+    def device(self, name: str) -> DeviceEstimate:
+        """Return the device called ``name``."""
+        for d in self.devices:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+
+def resolve_context(spec: ModelSpec, settings: Settings) -> ResolvedContext:
+    """Apply llama.cpp's context rules: defaults, batch clamps, 256-cell padding, streams.
+
+    Mirrors ``llama_context::llama_context`` in ``src/llama-context.cpp``.
+    """
+    n_seq = settings.n_parallel
+    n_ctx = settings.n_ctx if settings.n_ctx > 0 else spec.n_ctx_train
+    if n_ctx <= 0:
+        raise SettingsError("the model has no training context; set a context size")
+    # causal attention: the batch is limited by the (unpadded) context size
+    n_batch = min(n_ctx, settings.n_batch)
+    n_ubatch = min(n_batch, settings.n_ubatch)
+    n_ctx = pad(n_ctx, PAD_CELLS)
+    if settings.kv_unified:
+        n_ctx_seq = n_ctx
+        n_stream = 1
+    else:
+        n_ctx_seq = pad(n_ctx // n_seq, PAD_CELLS)
+        n_ctx = n_ctx_seq * n_seq
+        n_stream = n_seq
+    flash = _resolve_flash_attn(settings)
+    return ResolvedContext(
+        n_ctx=n_ctx,
+        n_ctx_seq=n_ctx_seq,
+        n_stream=n_stream,
+        n_batch=n_batch,
+        n_ubatch=n_ubatch,
+        flash_attn=flash,
+        swa_full=settings.swa_full,
+    )
+
+
+def _resolve_flash_attn(settings: Settings) -> bool:
+    """Return whether flash attention ends up on (``llama_init_from_model`` checks).
+
+    ``auto`` resolves to on for every backend ggtune models (CPU, CUDA, Metal support FA);
+    the memory module is created with ``v_trans = !flash_attn`` where auto counts as on.
+    """
+    quantized_v = settings.cache_type_v not in ("f32", "f16", "bf16")
+    if settings.flash_attn == "off":
+        if quantized_v:
+            raise SettingsError(
+                "a quantized V cache needs flash attention (-fa on); llama.cpp refuses it"
+            )
+        return False
+    return True
+
+
+# --- placement (src/llama-model.cpp load_tensors) -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Placement:
+    """Device index per repeating layer and for the output layer; -1 is the host."""
+
+    layer_device: tuple[int, ...]
+    output_device: int
+    n_gpu_layers: int
+
+
+def _place_layers(spec: ModelSpec, settings: Settings, hardware: Hardware) -> _Placement:
+    n_layer_all = spec.n_layer_all
+    n_gpus = len(hardware.gpus)
+    ngl = settings.n_gpu_layers if settings.n_gpu_layers >= 0 else n_layer_all + 1
+    if n_gpus == 0:
+        return _Placement((-1,) * n_layer_all, -1, 0)
+    # the output layer counts as one layer and is offloaded first (PR #18148)
+    i_gpu_start = max(n_layer_all + 1 - ngl, 0)
+    act_gpu_layers = min(ngl, n_layer_all + 1)
+    if settings.tensor_split and any(settings.tensor_split):
+        weights = list(settings.tensor_split[:n_gpus]) + [0.0] * (
+            n_gpus - len(settings.tensor_split)
+        )
+    else:
+        # default split: proportional to each device's free memory
+        weights = [float(g.free_bytes or g.capacity_bytes or 1) for g in hardware.gpus]
+    total = sum(weights)
+    splits: list[float] = []
+    acc = 0.0
+    for w in weights:
+        acc += w
+        splits.append(acc / total)
+
+    def device_of(il: int) -> int:
+        if il < i_gpu_start or il - i_gpu_start >= act_gpu_layers:
+            return -1
+        frac = (il - i_gpu_start) / act_gpu_layers
+        return min(bisect.bisect_right(splits, frac), n_gpus - 1)
+
+    layers = tuple(device_of(il) for il in range(n_layer_all))
+    return _Placement(layers, device_of(n_layer_all), act_gpu_layers)
+
+
+def _tensor_device(t: TensorSpec, placement: _Placement, n_cpu_moe: int) -> int:
+    if t.role == "token_embedding":
+        return -1  # the input layer always stays on the CPU
+    if t.layer is None:
+        return placement.output_device
+    if t.layer >= len(placement.layer_device):
+        return -1
+    if t.role == "expert" and t.layer < n_cpu_moe:
+        return -1  # --n-cpu-moe: blk.i.ffn_*_exps of the first N layers on the CPU
+    return placement.layer_device[t.layer]
+
+
+def _repack_types(host: Device) -> frozenset[GGMLQuantizationType]:
+    flags = set(host.cpu_flags)
+    if "avx2" in flags:
+        extra = _REPACK_AVX512_EXTRA if "avx512f" in flags else frozenset()
+        return _REPACK_AVX2 | extra
+    if "neon" in flags and "i8mm" in flags:
+        return _REPACK_NEON_I8MM
+    return frozenset()
+
+
+def _is_repacked(t: TensorSpec, types: frozenset[GGMLQuantizationType]) -> bool:
+    if not types or t.ggml_type not in types or len(t.shape) < 2 or t.shape[1] % 8:
+        return False
+    # only weights consumed by MUL_MAT (2-D) or MUL_MAT_ID (3-D experts) are repacked
+    if t.role in ("attention", "ffn", "shared_expert", "output", "ssm"):
+        return len(t.shape) == 2 or (len(t.shape) == 3 and t.shape[2] == 1)
+    if t.role == "expert":
+        return len(t.shape) == 3
+    return False
+
+
+# --- caches (src/llama-kv-cache.cpp, -iswa.cpp, llama-memory-recurrent.cpp) ----------------
+
+
+def _kv_layers(spec: ModelSpec) -> list[int]:
+    """Layers that get an attention KV cache, per ``create_memory``'s filters."""
+    n = spec.n_layer
+    kind = spec.memory_kind
+    if kind in ("none", "unknown", "recurrent"):
+        return []
+    if kind in ("hybrid", "hybrid_iswa"):
+        if spec.arch == "falcon-h1":
+            return list(range(spec.n_layer_all))
+        if spec.arch == "nemotron_h":
+            return [
+                il
+                for il in range(spec.n_layer_all)
+                if not spec.is_recurrent[il] and spec.n_ff[il] == 0
+            ]
+        if spec.arch == "qwen3next":
+            return [il for il in range(n) if not spec.is_recurrent[il]]
+        return [il for il in range(spec.n_layer_all) if not spec.is_recurrent[il]]
+    if spec.n_layer_nextn > 0:
+        # the trunk context skips NextN/MTP layers (filter il < n_layer)
+        return list(range(n))
+    return list(range(spec.n_layer_all))
+
+
+def _recurrent_layers(spec: ModelSpec) -> list[int]:
+    if spec.memory_kind == "recurrent":
+        return list(range(spec.n_layer))
+    if spec.memory_kind in ("hybrid", "hybrid_iswa"):
+        if spec.arch == "falcon-h1":
+            return list(range(spec.n_layer))
+        return [il for il in range(spec.n_layer) if spec.is_recurrent[il]]
+    return []
+
+
+def _kv_cache(
+    spec: ModelSpec,
+    layers: list[int],
+    kind: Literal["kv", "kv_swa"],
+    cells: int,
+    n_stream: int,
+    settings: Settings,
+    v_trans: bool,
+) -> tuple[CacheEstimate, dict[int, int]]:
+    """Size one ``llama_kv_cache`` and return it with the bytes per layer."""
+    v_width_max = spec.n_embd_v_gqa_max() if v_trans else 0
+    per_layer: dict[int, int] = {}
+    k_total = v_total = 0
+    for il in layers:
+        k = row_bytes(settings.cache_type_k, spec.n_embd_k_gqa(il)) * cells * n_stream
+        v = 0
+        if not spec.is_mla:  # MLA caches K only (llama.cpp PR #19067)
+            width = v_width_max if v_trans else spec.n_embd_v_gqa(il)
+            v = row_bytes(settings.cache_type_v, width) * cells * n_stream
+        per_layer[il] = k + v
+        k_total += k
+        v_total += v
+    cache = CacheEstimate(
+        kind=kind,
+        cells=cells,
+        n_stream=n_stream,
+        n_layers=len(layers),
+        type_k=settings.cache_type_k,
+        type_v=settings.cache_type_v,
+        k_bytes=k_total,
+        v_bytes=v_total,
+    )
+    return cache, per_layer
+
+
+def _caches(
+    spec: ModelSpec, settings: Settings, ctx: ResolvedContext
+) -> tuple[list[CacheEstimate], dict[int, int], dict[int, int], dict[str, int]]:
+    """Return the caches, KV bytes per layer, recurrent bytes per layer, and n_kv per cache."""
+    caches: list[CacheEstimate] = []
+    kv_per_layer: dict[int, int] = {}
+    rs_per_layer: dict[int, int] = {}
+    n_kv: dict[str, int] = {}
+    v_trans = not ctx.flash_attn
+    kv_layers = _kv_layers(spec)
+    if kv_layers:
+        swa_layers = [il for il in kv_layers if spec.is_swa[il]]
+        base_layers = [il for il in kv_layers if not spec.is_swa[il]]
+        if spec.memory_kind in ("iswa", "hybrid_iswa"):
+            size_base = ctx.n_ctx_seq
+            # llama-kv-cache-iswa.cpp: the SWA cache holds the window (per sequence when
+            # unified) plus one ubatch, padded to 256, unless swa_full
+            unified = ctx.n_stream == 1
+            window = spec.n_swa * (settings.n_parallel if unified else 1) + ctx.n_ubatch
+            size_swa = size_base if ctx.swa_full else pad(min(size_base, window), PAD_CELLS)
+            cache, per = _kv_cache(
+                spec, base_layers, "kv", size_base, ctx.n_stream, settings, v_trans
+            )
+            caches.append(cache)
+            kv_per_layer.update(per)
+            n_kv["kv"] = size_base
+            cache, per = _kv_cache(
+                spec, swa_layers, "kv_swa", size_swa, ctx.n_stream, settings, v_trans
+            )
+            caches.append(cache)
+            kv_per_layer.update(per)
+            n_kv["kv_swa"] = size_swa
+        else:
+            cache, per = _kv_cache(
+                spec, kv_layers, "kv", ctx.n_ctx_seq, ctx.n_stream, settings, v_trans
+            )
+            caches.append(cache)
+            kv_per_layer.update(per)
+            n_kv["kv"] = ctx.n_ctx_seq
+    rs_layers = _recurrent_layers(spec)
+    if rs_layers:
+        # llama_memory_recurrent: f32 R and S rows, max(1, n_seq_max) cells
+        rs_cells = max(1, settings.n_parallel)
+        r_row = 4 * spec.n_embd_r()
+        s_row = 4 * spec.n_embd_s()
+        for il in rs_layers:
+            rs_per_layer[il] = (r_row + s_row) * rs_cells
+        caches.append(
+            CacheEstimate(
+                kind="recurrent",
+                cells=rs_cells,
+                n_stream=1,
+                n_layers=len(rs_layers),
+                type_k="f32",
+                type_v="f32",
+                k_bytes=r_row * rs_cells * len(rs_layers),
+                v_bytes=s_row * rs_cells * len(rs_layers),
+            )
+        )
+    return caches, kv_per_layer, rs_per_layer, n_kv
+
+
+# --- compute buffers (src/llama-context.cpp graph_reserve, ggml-alloc) --------------------
+
+
+def _compute_bytes(spec: ModelSpec, ctx: ResolvedContext, n_kv: dict[str, int]) -> int:
+    """Model the worst-case compute buffer of one micro-batch.
+
+    llama.cpp reserves the graph for ``n_tokens = min(n_ctx, n_ubatch)`` tokens with every
+    token an output. Two stages compete for the peak: the output stage (logits, f32,
+    ``n_vocab × n_tokens``) and, without flash attention, the attention stage (the f32 KQ
+    matrix ``n_kv × n_tokens × n_head`` plus the f32 mask and the Q/K/V activations).
+    """
+    n_tokens = min(ctx.n_ctx, ctx.n_ubatch)
+    f32 = 4
+    n_embd = spec.n_embd
+    output_stage = f32 * n_tokens * (spec.n_vocab + (2 if ctx.flash_attn else 3) * n_embd)
+    if not n_kv:
+        return output_stage
+    attn_layers = [il for il in range(spec.n_layer) if spec.n_head[il] > 0]
+    if not attn_layers:
+        return output_stage
+    n_head = max(spec.n_head[il] for il in attn_layers)
+    q_width = max(
+        spec.n_head[il] * (spec.head_k_swa if spec.is_swa[il] else spec.head_k_full)
+        for il in attn_layers
+    )
+    kv_width = max(spec.n_embd_k_gqa(il) for il in attn_layers)
+    # masks for every cache live through the whole graph (f16 with FA, f32 without)
+    mask_bytes = sum((2 if ctx.flash_attn else 4) * kv * n_tokens for kv in n_kv.values())
+    activations = f32 * n_tokens * (5 * q_width + 2 * kv_width)
+    if ctx.flash_attn:
+        attention_stage = mask_bytes + activations
+    else:
+        kq = f32 * max(n_kv.values()) * n_tokens * n_head
+        attention_stage = kq + mask_bytes + activations
+    return max(output_stage, attention_stage)
+
+
+# --- the estimate -----------------------------------------------------------------------
+
+
+def estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryEstimate:
+    """Return where every byte goes for ``spec`` run with ``settings`` on ``hardware``.
+
+    Pure and fast (no I/O): safe to call on every slider tick.
+
+    >>> est = estimate(spec, Settings(n_ctx=8192), Hardware.cpu_only())  # doctest: +SKIP
+    >>> est.device("CPU").kv_bytes                                       # doctest: +SKIP
+    """
+    notes: list[str] = list(spec.notes)
+    ctx = resolve_context(spec, settings)
+    placement = _place_layers(spec, settings, hardware)
+    gpus = hardware.gpus
+    n_dev = len(gpus)
+    host_index = n_dev  # devices are the GPUs in order, then the host
+
+    def index(dev: int) -> int:
+        return host_index if dev < 0 else dev
+
+    weights = [0] * (n_dev + 1)
+    other = [0] * (n_dev + 1)
+    repack = _repack_types(hardware.host)
+    for t in spec.tensors:
+        dev = _tensor_device(t, placement, settings.n_cpu_moe)
+        weights[index(dev)] += t.n_bytes
+        if dev < 0 and _is_repacked(t, repack):
+            other[host_index] += t.n_bytes  # a repacked copy beside the mapped file
+    if spec.tied_embeddings:
+        embd = next(t for t in spec.tensors if t.name == "token_embd.weight")
+        out_dev = placement.output_device
+        # the output layer reuses token_embd (TENSOR_DUPLICATED): a copy on a GPU, or on
+        # the host when the file is not memory-mapped
+        if out_dev >= 0 or not settings.use_mmap:
+            weights[index(out_dev)] += embd.n_bytes
+        if out_dev < 0:
+            tied = TensorSpec(
+                "output.weight",
+                embd.shape,
+                embd.ggml_type,
+                embd.type_name,
+                embd.n_bytes,
+                None,
+                "output",
+            )
+            if _is_repacked(tied, repack):
+                other[host_index] += embd.n_bytes
+
+    kv = [0] * (n_dev + 1)
+    rs = [0] * (n_dev + 1)
+    caches: list[CacheEstimate] = []
+    n_kv: dict[str, int] = {}
+    if spec.kv_rule_known:
+        caches, kv_per_layer, rs_per_layer, n_kv = _caches(spec, settings, ctx)
+        for il, b in kv_per_layer.items():
+            dev = placement.layer_device[il] if settings.offload_kqv else -1
+            kv[index(dev)] += b
+        for il, b in rs_per_layer.items():
+            dev = placement.layer_device[il] if settings.offload_kqv else -1
+            rs[index(dev)] += b
+
+    compute = [0] * (n_dev + 1)
+    graph_bytes = _compute_bytes(spec, ctx, n_kv)
+    used_gpus = {d for d in (*placement.layer_device, placement.output_device) if d >= 0}
+    if used_gpus:
+        for d in used_gpus:
+            compute[d] = graph_bytes
+        # the host keeps a small buffer for the input embeddings of one micro-batch
+        compute[host_index] = 4 * min(ctx.n_ctx, ctx.n_ubatch) * spec.n_embd
+    else:
+        compute[host_index] = graph_bytes
+
+    output = [0] * (n_dev + 1)
+    # llama_context::output_reserve: f32 logits for max(n_outputs, n_seq_max) rows, in host
+    # memory (pinned host memory of the output device when it is a GPU)
+    output[host_index] = 4 * spec.n_vocab * settings.n_parallel
+
+    devices = []
+    for i, dev_info in enumerate((*gpus, hardware.host)):
+        n_layers = sum(1 for d in placement.layer_device if index(d) == i)
+        devices.append(
+            DeviceEstimate(
+                name=dev_info.name,
+                kind=dev_info.kind,
+                weights_bytes=weights[i],
+                kv_bytes=kv[i],
+                recurrent_bytes=rs[i],
+                compute_bytes=compute[i],
+                output_bytes=output[i],
+                other_bytes=other[i],
+                capacity_bytes=dev_info.free_bytes
+                if dev_info.free_bytes is not None
+                else dev_info.capacity_bytes,
+                n_layers=n_layers,
+            )
+        )
+    if ctx.n_ctx_seq > spec.n_ctx_train > 0:
+        notes.append(
+            f"context per sequence ({ctx.n_ctx_seq}) exceeds the training context "
+            f"({spec.n_ctx_train}): quality may suffer"
+        )
+    return MemoryEstimate(
+        devices=tuple(devices),
+        caches=tuple(caches),
+        context=ctx,
+        n_gpu_layers=placement.n_gpu_layers,
+        kv_rule_known=spec.kv_rule_known,
+        notes=tuple(notes),
+    )

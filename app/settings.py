@@ -1,0 +1,143 @@
+"""Run settings in the engine's own terms, and each runner's defaults.
+
+:class:`Settings` holds what reaches ``llama_model_params`` / ``llama_context_params``:
+``n_ctx`` is the *total* number of KV cells requested from llama.cpp (as llama-server's
+``-c``), not a per-user figure. Runner presets translate each runner's conventions (Ollama's
+``num_ctx`` is per slot and multiplied by ``OLLAMA_NUM_PARALLEL``) into these terms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Final, Literal, get_args
+
+from app.errors import SettingsError
+
+CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"]
+FlashAttn = Literal["on", "off", "auto"]
+RunnerName = Literal["llama-cpp-python", "llama-server", "ollama", "lmstudio"]
+
+CACHE_TYPES: Final[tuple[CacheType, ...]] = get_args(CacheType)
+FLASH_ATTN_MODES: Final[tuple[FlashAttn, ...]] = get_args(FlashAttn)
+RUNNERS: Final[tuple[RunnerName, ...]] = get_args(RunnerName)
+
+ALL_LAYERS: Final = -1
+"""``n_gpu_layers`` value meaning every layer (and the output layer) on the GPU."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How llama.cpp is asked to load and run a model.
+
+    Units: ``n_ctx`` in tokens (cells, all slots together; 0 = the training context),
+    batches in tokens. ``n_gpu_layers`` counts repeating layers plus the output layer, as
+    llama.cpp does; -1 means all. ``tensor_split`` holds one proportion per GPU (empty =
+    proportional to free memory).
+    """
+
+    n_ctx: int = 512
+    n_gpu_layers: int = 0
+    cache_type_k: CacheType = "f16"
+    cache_type_v: CacheType = "f16"
+    flash_attn: FlashAttn = "auto"
+    n_parallel: int = 1
+    kv_unified: bool = False
+    swa_full: bool = True
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_cpu_moe: int = 0
+    tensor_split: tuple[float, ...] = ()
+    use_mmap: bool = True
+    offload_kqv: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n_ctx < 0:
+            raise SettingsError(f"context size must be ≥ 0 tokens, got {self.n_ctx}")
+        if self.n_gpu_layers < -1:
+            raise SettingsError(f"GPU layers must be ≥ -1 (-1 = all), got {self.n_gpu_layers}")
+        if self.cache_type_k not in CACHE_TYPES:
+            raise SettingsError(f"unknown K cache type {self.cache_type_k!r}")
+        if self.cache_type_v not in CACHE_TYPES:
+            raise SettingsError(f"unknown V cache type {self.cache_type_v!r}")
+        if self.flash_attn not in FLASH_ATTN_MODES:
+            raise SettingsError(f"flash attention must be on, off or auto, not {self.flash_attn!r}")
+        if self.n_parallel < 1:
+            raise SettingsError(f"parallel sequences must be ≥ 1, got {self.n_parallel}")
+        if self.n_batch < 1 or self.n_ubatch < 1:
+            raise SettingsError("batch sizes must be ≥ 1 token")
+        if self.n_cpu_moe < 0:
+            raise SettingsError(f"MoE layers on the CPU must be ≥ 0, got {self.n_cpu_moe}")
+        if any(p < 0 for p in self.tensor_split):
+            raise SettingsError("tensor split proportions must be ≥ 0")
+
+    def replace(self, **changes: object) -> Settings:
+        """Return a copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def runner_defaults(runner: RunnerName, *, gpu_total_bytes: int | None = None) -> Settings:
+    """Return the settings ``runner`` uses when the user sets nothing.
+
+    ``gpu_total_bytes`` (all GPUs together) matters for Ollama, whose default context
+    depends on VRAM. Sources: llama-cpp-python 0.3.36 ``Llama.__init__``; llama.cpp
+    ``common/common.h`` and ``tools/server`` (PR #16736: 4 slots, unified KV); Ollama
+    ``envconfig``/``llm/server.go``; lmstudio-js ``lms-kv-config/src/schema.ts``.
+    See ../shared/REFERENCE.md §2.
+    """
+    if runner == "llama-cpp-python":
+        # Llama(): n_ctx=512, n_batch=512, n_ubatch=512, flash_attn=False, n_gpu_layers=0;
+        # swa_full and kv_unified keep the C API defaults (true, false).
+        return Settings(
+            n_ctx=512,
+            n_gpu_layers=0,
+            flash_attn="off",
+            n_batch=512,
+            n_ubatch=512,
+            swa_full=True,
+            kv_unified=False,
+            n_parallel=1,
+        )
+    if runner == "llama-server":
+        # -c 0 (training context), -ngl auto (all that fit), -fa auto, -np auto = 4 slots
+        # sharing one unified cache, swa_full off, -b 2048 -ub 512.
+        return Settings(
+            n_ctx=0,
+            n_gpu_layers=ALL_LAYERS,
+            flash_attn="auto",
+            n_parallel=4,
+            kv_unified=True,
+            swa_full=False,
+            n_batch=2048,
+            n_ubatch=512,
+        )
+    if runner == "ollama":
+        # num_ctx default by VRAM (4k below 24 GiB, 32k to 48 GiB, 256k above), one slot,
+        # -c num_ctx*parallel -np parallel (so not unified), num_batch 512 -> -b and -ub.
+        gib = 1024**3
+        vram = gpu_total_bytes or 0
+        num_ctx = 4096 if vram < 24 * gib else 32768 if vram < 48 * gib else 262144
+        return Settings(
+            n_ctx=num_ctx,
+            n_gpu_layers=ALL_LAYERS,
+            flash_attn="auto",
+            n_parallel=1,
+            kv_unified=False,
+            swa_full=False,
+            n_batch=512,
+            n_ubatch=512,
+        )
+    if runner == "lmstudio":
+        # contextLength 4096, offload "max", 4 parallel sessions with a unified cache,
+        # evalBatchSize 2048 / physicalBatchSize 512, flash attention auto.
+        return Settings(
+            n_ctx=4096,
+            n_gpu_layers=ALL_LAYERS,
+            flash_attn="auto",
+            n_parallel=4,
+            kv_unified=True,
+            swa_full=False,
+            n_batch=2048,
+            n_ubatch=512,
+        )
+    raise SettingsError(f"unknown runner {runner!r}; choose one of {', '.join(RUNNERS)}")
