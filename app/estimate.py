@@ -214,6 +214,33 @@ def resolve_context(spec: ModelSpec, settings: Settings) -> ResolvedContext:
     )
 
 
+def check_cache_types(spec: ModelSpec, settings: Settings) -> None:
+    """Refuse cache types llama.cpp refuses (``llama_init_from_model``, llama-context.cpp).
+
+    MLA models need K and V of one type; with flash attention a quantized K (V) type's block
+    must divide every layer's K (V) head size.
+    """
+    if spec.is_mla and settings.cache_type_k != settings.cache_type_v:
+        raise SettingsError(
+            f"{spec.arch} (MLA) needs the same K and V cache type, got "
+            f"{settings.cache_type_k} and {settings.cache_type_v}"
+        )
+    for which, cache_type in (("K", settings.cache_type_k), ("V", settings.cache_type_v)):
+        block = GGML_QUANT_SIZES[_CACHE_GGML[cache_type]][0]
+        if block == 1:
+            continue
+        for il in range(spec.n_layer):
+            if spec.is_swa[il]:
+                head = spec.head_k_swa if which == "K" else spec.head_v_swa
+            else:
+                head = spec.head_k_full if which == "K" else spec.head_v_full
+            if head % block:
+                raise SettingsError(
+                    f"{which} cache type {cache_type} (block of {block}) does not divide "
+                    f"this model's head size {head}; choose f16 or a type it divides"
+                )
+
+
 def _resolve_flash_attn(settings: Settings) -> bool:
     """Return whether flash attention ends up on (``llama_init_from_model`` checks).
 
@@ -492,6 +519,7 @@ def estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryE
     """
     notes: list[str] = list(spec.notes)
     ctx = resolve_context(spec, settings)
+    check_cache_types(spec, settings)
     placement = _place_layers(spec, settings, hardware)
     gpus = hardware.gpus
     n_dev = len(gpus)
