@@ -533,15 +533,20 @@ def estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryE
     repack = _repack_types(hardware.host)
     for t in spec.tensors:
         dev = _tensor_device(t, placement, settings.n_cpu_moe)
-        weights[index(dev)] += t.n_bytes
         if dev < 0 and _is_repacked(t, repack):
-            other[host_index] += t.n_bytes  # a repacked copy beside the mapped file
+            # CPU_REPACK holds an interleaved copy; with mmap the mapped file still covers
+            # the original, without mmap the tensor lives in the repack buffer alone
+            other[host_index] += t.n_bytes
+            if not settings.use_mmap:
+                continue
+        weights[index(dev)] += t.n_bytes
     if spec.tied_embeddings:
         embd = next(t for t in spec.tensors if t.name == "token_embd.weight")
         out_dev = placement.output_device
-        # the output layer reuses token_embd (TENSOR_DUPLICATED): a copy on a GPU, or on
-        # the host when the file is not memory-mapped
-        if out_dev >= 0 or not settings.use_mmap:
+        # the output layer reuses token_embd (TENSOR_DUPLICATED): a copy when the output
+        # layer sits on a GPU; on the host it shares the input layer's data (measured with
+        # and without mmap: the CPU model buffer holds token_embd once)
+        if out_dev >= 0:
             weights[index(out_dev)] += embd.n_bytes
         if out_dev < 0:
             tied = TensorSpec(

@@ -60,8 +60,10 @@ def main() -> None:
     smollm = model_spec(read_model(models.smollm))
     wide = widen(gemma, 96)
     hw_gpu = Hardware.with_gpus([24 * 1024**3], ram_bytes=64 * 1024**3, cpu_flags=("avx2",))
-    print(f"machine: {platform.processor() or platform.machine()}, Python "
-          f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, Python "
+        f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}"
+    )
     print("| model | tensors | settings | median µs | p99 µs |")
     print("|---|---:|---|---:|---:|")
     cases = [
@@ -74,8 +76,10 @@ def main() -> None:
             estimate(spec, settings, hw_gpu)
         times = sorted(time_calls(lambda s=spec, st=settings: estimate(s, st, hw_gpu), 1000))
         p99 = times[int(len(times) * 0.99) - 1]
-        print(f"| {label} | {len(spec.tensors)} | ctx {settings.n_ctx}, ngl "
-              f"{settings.n_gpu_layers} | {statistics.median(times):.0f} | {p99:.0f} |")
+        print(
+            f"| {label} | {len(spec.tensors)} | ctx {settings.n_ctx}, ngl "
+            f"{settings.n_gpu_layers} | {statistics.median(times):.0f} | {p99:.0f} |"
+        )
 
 
 if __name__ == "__main__":

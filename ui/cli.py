@@ -78,50 +78,164 @@ def _tensor_split(value: str) -> tuple[float, ...]:
 
 def _add_settings_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("settings (llama-server's flags; unset = the runner's default)")
-    g.add_argument("-c", "--ctx-size", type=int, dest="n_ctx", metavar="N",
-                   help="context size in tokens, all slots together (0 = training context)")
-    g.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=_ngl, dest="n_gpu_layers",
-                   metavar="N", help="layers on the GPU (the output layer counts); all/auto = all")
-    g.add_argument("-ctk", "--cache-type-k", choices=CACHE_TYPES, dest="cache_type_k",
-                   help="K cache type")
-    g.add_argument("-ctv", "--cache-type-v", choices=CACHE_TYPES, dest="cache_type_v",
-                   help="V cache type (quantized needs flash attention)")
-    g.add_argument("-fa", "--flash-attn", choices=("on", "off", "auto"), dest="flash_attn",
-                   help="flash attention")
-    g.add_argument("-np", "--parallel", type=int, dest="n_parallel", metavar="N",
-                   help="parallel sequences (slots)")
-    g.add_argument("-kvu", "--kv-unified", action="store_const", const=True, dest="kv_unified",
-                   help="one KV buffer shared by all slots")
-    g.add_argument("--no-kv-unified", action="store_const", const=False, dest="kv_unified",
-                   help="one KV buffer per slot")
-    g.add_argument("--swa-full", action="store_const", const=True, dest="swa_full",
-                   help="full-size sliding-window cache")
-    g.add_argument("--no-swa-full", action="store_const", const=False, dest="swa_full",
-                   help="window-sized sliding-window cache")
-    g.add_argument("-b", "--batch-size", type=int, dest="n_batch", metavar="N",
-                   help="logical batch size in tokens")
-    g.add_argument("-ub", "--ubatch-size", type=int, dest="n_ubatch", metavar="N",
-                   help="physical batch size in tokens")
-    g.add_argument("-ncmoe", "--n-cpu-moe", type=int, dest="n_cpu_moe", metavar="N",
-                   help="keep the MoE experts of the first N layers on the CPU")
-    g.add_argument("-ts", "--tensor-split", type=_tensor_split, dest="tensor_split",
-                   metavar="A,B", help="share of layers per GPU, e.g. 3,1")
-    g.add_argument("--no-mmap", action="store_const", const=False, dest="use_mmap",
-                   help="load weights into memory instead of mapping the file")
-    g.add_argument("-nkvo", "--no-kv-offload", action="store_const", const=False,
-                   dest="offload_kqv", help="keep the KV cache in system RAM")
+    g.add_argument(
+        "-c",
+        "--ctx-size",
+        type=int,
+        dest="n_ctx",
+        metavar="N",
+        help="context size in tokens, all slots together (0 = training context)",
+    )
+    g.add_argument(
+        "-ngl",
+        "--n-gpu-layers",
+        "--gpu-layers",
+        type=_ngl,
+        dest="n_gpu_layers",
+        metavar="N",
+        help="layers on the GPU (the output layer counts); all/auto = all",
+    )
+    g.add_argument(
+        "-ctk", "--cache-type-k", choices=CACHE_TYPES, dest="cache_type_k", help="K cache type"
+    )
+    g.add_argument(
+        "-ctv",
+        "--cache-type-v",
+        choices=CACHE_TYPES,
+        dest="cache_type_v",
+        help="V cache type (quantized needs flash attention)",
+    )
+    g.add_argument(
+        "-fa",
+        "--flash-attn",
+        choices=("on", "off", "auto"),
+        dest="flash_attn",
+        help="flash attention",
+    )
+    g.add_argument(
+        "-np",
+        "--parallel",
+        type=int,
+        dest="n_parallel",
+        metavar="N",
+        help="parallel sequences (slots)",
+    )
+    g.add_argument(
+        "-kvu",
+        "--kv-unified",
+        action="store_const",
+        const=True,
+        dest="kv_unified",
+        help="one KV buffer shared by all slots",
+    )
+    g.add_argument(
+        "--no-kv-unified",
+        action="store_const",
+        const=False,
+        dest="kv_unified",
+        help="one KV buffer per slot",
+    )
+    g.add_argument(
+        "--swa-full",
+        action="store_const",
+        const=True,
+        dest="swa_full",
+        help="full-size sliding-window cache",
+    )
+    g.add_argument(
+        "--no-swa-full",
+        action="store_const",
+        const=False,
+        dest="swa_full",
+        help="window-sized sliding-window cache",
+    )
+    g.add_argument(
+        "-b",
+        "--batch-size",
+        type=int,
+        dest="n_batch",
+        metavar="N",
+        help="logical batch size in tokens",
+    )
+    g.add_argument(
+        "-ub",
+        "--ubatch-size",
+        type=int,
+        dest="n_ubatch",
+        metavar="N",
+        help="physical batch size in tokens",
+    )
+    g.add_argument(
+        "-ncmoe",
+        "--n-cpu-moe",
+        type=int,
+        dest="n_cpu_moe",
+        metavar="N",
+        help="keep the MoE experts of the first N layers on the CPU",
+    )
+    g.add_argument(
+        "-ts",
+        "--tensor-split",
+        type=_tensor_split,
+        dest="tensor_split",
+        metavar="A,B",
+        help="share of layers per GPU, e.g. 3,1",
+    )
+    g.add_argument(
+        "--no-mmap",
+        action="store_const",
+        const=False,
+        dest="use_mmap",
+        help="load weights into memory instead of mapping the file",
+    )
+    g.add_argument(
+        "-nkvo",
+        "--no-kv-offload",
+        action="store_const",
+        const=False,
+        dest="offload_kqv",
+        help="keep the KV cache in system RAM",
+    )
     h = p.add_argument_group("runner and hardware")
-    h.add_argument("--runner", choices=RUNNERS, default="llama-server",
-                   help="whose defaults fill unset flags (default: llama-server)")
-    h.add_argument("--gpu-mem", type=float, nargs="+", metavar="GiB", default=None,
-                   help="plan for GPUs of these sizes (one number per GPU)")
-    h.add_argument("--ram", type=float, metavar="GiB", default=None,
-                   help="plan for this much system RAM (default: this machine's)")
+    h.add_argument(
+        "--runner",
+        choices=RUNNERS,
+        default="llama-server",
+        help="whose defaults fill unset flags (default: llama-server)",
+    )
+    h.add_argument(
+        "--gpu-mem",
+        type=float,
+        nargs="+",
+        metavar="GiB",
+        default=None,
+        help="plan for GPUs of these sizes (one number per GPU)",
+    )
+    h.add_argument(
+        "--ram",
+        type=float,
+        metavar="GiB",
+        default=None,
+        help="plan for this much system RAM (default: this machine's)",
+    )
 
 
-_SETTING_FIELDS = ("n_ctx", "n_gpu_layers", "cache_type_k", "cache_type_v", "flash_attn",
-                   "n_parallel", "kv_unified", "swa_full", "n_batch", "n_ubatch", "n_cpu_moe",
-                   "tensor_split", "use_mmap", "offload_kqv")
+_SETTING_FIELDS = (
+    "n_ctx",
+    "n_gpu_layers",
+    "cache_type_k",
+    "cache_type_v",
+    "flash_attn",
+    "n_parallel",
+    "kv_unified",
+    "swa_full",
+    "n_batch",
+    "n_ubatch",
+    "n_cpu_moe",
+    "tensor_split",
+    "use_mmap",
+    "offload_kqv",
+)
 
 
 def settings_from_args(args: argparse.Namespace, hardware: Hardware) -> Settings:
@@ -151,7 +265,8 @@ def hardware_from_args(args: argparse.Namespace) -> Hardware:
     gpus: tuple[Device, ...] = here.gpus
     if args.gpu_mem:
         gpus = tuple(
-            Device(f"CUDA{i}", "gpu", int(g * GIB), int(g * GIB)) for i, g in enumerate(args.gpu_mem)
+            Device(f"CUDA{i}", "gpu", int(g * GIB), int(g * GIB))
+            for i, g in enumerate(args.gpu_mem)
         )
     return Hardware(host=host, gpus=gpus)
 
@@ -220,8 +335,13 @@ def inspect_dict(spec: ModelSpec) -> dict[str, Any]:
         "head_size_k": spec.head_k_full,
         "head_size_v": spec.head_v_full,
         "sliding_window": spec.n_swa or None,
-        "experts": {"total": spec.n_expert, "used": spec.n_expert_used,
-                    "shared": spec.n_expert_shared} if spec.n_expert else None,
+        "experts": {
+            "total": spec.n_expert,
+            "used": spec.n_expert_used,
+            "shared": spec.n_expert_shared,
+        }
+        if spec.n_expert
+        else None,
         "mla": spec.is_mla,
         "tied_embeddings": spec.tied_embeddings,
         "memory_kind": spec.memory_kind,
@@ -236,21 +356,31 @@ def _print_inspect(d: dict[str, Any]) -> None:
     print(f"  file:           {d['path']}")
     print(f"  architecture:   {d['architecture']} ({d['memory_kind']} memory)")
     print(f"  parameters:     {d['parameters'] / 1e9:.3f} B ({d['parameters']:,})")
-    print(f"  weights:        {format_bytes(d['weights_bytes'])}, "
-          f"{d['bits_per_weight']:.2f} bits per weight")
+    print(
+        f"  weights:        {format_bytes(d['weights_bytes'])}, "
+        f"{d['bits_per_weight']:.2f} bits per weight"
+    )
     print(f"  context:        {d['context_length']:,} tokens (training)")
-    print(f"  layers:         {d['n_layer']} — " + ", ".join(
-        f"{n} {k}" for k, n in d["layers_by_kind"].items()))
-    print(f"  attention:      {d['n_head']} heads, {d['n_head_kv']} KV heads, "
-          f"head size {d['head_size_k']}/{d['head_size_v']}"
-          + (f", window {d['sliding_window']} tokens" if d["sliding_window"] else "")
-          + (", MLA (K-only cache)" if d["mla"] else ""))
+    print(
+        f"  layers:         {d['n_layer']} — "
+        + ", ".join(f"{n} {k}" for k, n in d["layers_by_kind"].items())
+    )
+    print(
+        f"  attention:      {d['n_head']} heads, {d['n_head_kv']} KV heads, "
+        f"head size {d['head_size_k']}/{d['head_size_v']}"
+        + (f", window {d['sliding_window']} tokens" if d["sliding_window"] else "")
+        + (", MLA (K-only cache)" if d["mla"] else "")
+    )
     if d["experts"]:
         e = d["experts"]
-        print(f"  experts:        {e['used']} of {e['total']} used per token"
-              + (f", {e['shared']} shared" if e["shared"] else ""))
-    print(f"  vocabulary:     {d['n_vocab']:,} tokens"
-          + (" (output tied to embeddings)" if d["tied_embeddings"] else ""))
+        print(
+            f"  experts:        {e['used']} of {e['total']} used per token"
+            + (f", {e['shared']} shared" if e["shared"] else "")
+        )
+    print(
+        f"  vocabulary:     {d['n_vocab']:,} tokens"
+        + (" (output tied to embeddings)" if d["tied_embeddings"] else "")
+    )
     if d["kv_bytes_per_token"]:
         kv = ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in d["kv_bytes_per_token"].items())
         print(f"  KV per token:   {kv} (all attention layers, before any window)")
@@ -273,11 +403,18 @@ def estimate_dict(spec: ModelSpec, settings: Settings, est: MemoryEstimate) -> d
         "n_gpu_layers": est.n_gpu_layers,
         "devices": [
             {
-                "name": d.name, "kind": d.kind, "weights_bytes": d.weights_bytes,
-                "kv_bytes": d.kv_bytes, "recurrent_bytes": d.recurrent_bytes,
-                "compute_bytes": d.compute_bytes, "output_bytes": d.output_bytes,
-                "other_bytes": d.other_bytes, "total_bytes": d.total_bytes,
-                "capacity_bytes": d.capacity_bytes, "fits": d.fits, "n_layers": d.n_layers,
+                "name": d.name,
+                "kind": d.kind,
+                "weights_bytes": d.weights_bytes,
+                "kv_bytes": d.kv_bytes,
+                "recurrent_bytes": d.recurrent_bytes,
+                "compute_bytes": d.compute_bytes,
+                "output_bytes": d.output_bytes,
+                "other_bytes": d.other_bytes,
+                "total_bytes": d.total_bytes,
+                "capacity_bytes": d.capacity_bytes,
+                "fits": d.fits,
+                "n_layers": d.n_layers,
             }
             for d in est.devices
         ],
@@ -290,17 +427,27 @@ def estimate_dict(spec: ModelSpec, settings: Settings, est: MemoryEstimate) -> d
     }
 
 
-_COLUMNS = (("weights", "weights_bytes"), ("KV cache", "kv_bytes"),
-            ("recurrent", "recurrent_bytes"), ("compute", "compute_bytes"),
-            ("output", "output_bytes"), ("other", "other_bytes"), ("total", "total_bytes"),
-            ("capacity", "capacity_bytes"))
+_COLUMNS = (
+    ("weights", "weights_bytes"),
+    ("KV cache", "kv_bytes"),
+    ("recurrent", "recurrent_bytes"),
+    ("compute", "compute_bytes"),
+    ("output", "output_bytes"),
+    ("other", "other_bytes"),
+    ("total", "total_bytes"),
+    ("capacity", "capacity_bytes"),
+)
 
 
 def _print_table(rows: list[list[str]]) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for j, r in enumerate(rows):
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
-                        enumerate(zip(r, widths, strict=True))))
+        print(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
+        )
         if j == 0:
             print("  ".join("-" * w for w in widths))
 
@@ -308,20 +455,25 @@ def _print_table(rows: list[list[str]]) -> None:
 def _print_estimate(d: dict[str, Any]) -> None:
     ctx = d["context"]
     print(f"{d['model']['name'] or d['model']['path']} — {d['model']['architecture']}")
-    print(f"  context {ctx['n_ctx']:,} cells ({ctx['n_stream']} × {ctx['n_ctx_seq']:,} per "
-          f"stream), batch {ctx['n_batch']}/{ctx['n_ubatch']}, flash attention "
-          f"{'on' if ctx['flash_attn'] else 'off'}, GPU layers {d['n_gpu_layers']}")
+    print(
+        f"  context {ctx['n_ctx']:,} cells ({ctx['n_stream']} × {ctx['n_ctx_seq']:,} per "
+        f"stream), batch {ctx['n_batch']}/{ctx['n_ubatch']}, flash attention "
+        f"{'on' if ctx['flash_attn'] else 'off'}, GPU layers {d['n_gpu_layers']}"
+    )
     rows = [["device", *[c for c, _ in _COLUMNS], "fits"]]
     for dev in d["devices"]:
         fits = {True: "yes", False: "NO", None: "?"}[dev["fits"]]
-        rows.append([f"{dev['name']} ({dev['kind']})",
-                     *[format_bytes(dev[k]) for _, k in _COLUMNS], fits])
+        rows.append(
+            [f"{dev['name']} ({dev['kind']})", *[format_bytes(dev[k]) for _, k in _COLUMNS], fits]
+        )
     _print_table(rows)
     for c in d["caches"]:
         label = {"kv": "KV cache", "kv_swa": "SWA KV cache", "recurrent": "recurrent state"}
-        print(f"  {label[c['kind']]}: {c['cells']:,} cells × {c['n_stream']} stream(s), "
-              f"{c['n_layers']} layers, {c['type_k']} {format_bytes(c['k_bytes'])} + "
-              f"{c['type_v']} {format_bytes(c['v_bytes'])}")
+        print(
+            f"  {label[c['kind']]}: {c['cells']:,} cells × {c['n_stream']} stream(s), "
+            f"{c['n_layers']} layers, {c['type_k']} {format_bytes(c['k_bytes'])} + "
+            f"{c['type_v']} {format_bytes(c['v_bytes'])}"
+        )
     for note in d["notes"]:
         print(f"  note: {note}")
 
@@ -330,11 +482,17 @@ def _compare_rows(d: dict[str, Any], engine: Any) -> list[list[str]]:
     """Rows of estimate vs engine per component (engine numbers are llama.cpp's MiB)."""
     host = next(x for x in d["devices"] if x["kind"] == "host")
     pairs = [
-        ("weights (all devices)", sum(x["weights_bytes"] for x in d["devices"]),
-         engine.model_size_bytes),
+        (
+            "weights (all devices)",
+            sum(x["weights_bytes"] for x in d["devices"]),
+            engine.model_size_bytes,
+        ),
         ("KV cache", sum(x["kv_bytes"] for x in d["devices"]), engine.kv_bytes),
-        ("recurrent state", sum(x["recurrent_bytes"] for x in d["devices"]),
-         engine.recurrent_bytes),
+        (
+            "recurrent state",
+            sum(x["recurrent_bytes"] for x in d["devices"]),
+            engine.recurrent_bytes,
+        ),
         ("compute (host)", host["compute_bytes"], engine.compute_bytes_on("CPU")),
         ("output", host["output_bytes"], engine.output_bytes),
     ]
@@ -363,8 +521,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_est.add_argument("model", help="path to a .gguf file (any shard of a split model)")
     _add_settings_flags(p_est)
     p_est.add_argument("--json", action="store_true", help="print one JSON object")
-    p_est.add_argument("--verify", action="store_true",
-                       help="also run llama.cpp's own dry run and show both side by side")
+    p_est.add_argument(
+        "--verify",
+        action="store_true",
+        help="also run llama.cpp's own dry run and show both side by side",
+    )
     return parser
 
 

@@ -48,7 +48,8 @@ def test_spec_of_the_real_models(smollm: ModelSpec, gemma: ModelSpec) -> None:
     assert (gemma.arch, gemma.n_layer, gemma.n_vocab, gemma.n_swa) == ("gemma3", 18, 262144, 512)
     # gemma3: 5 local : 1 global (load_swa_pattern(ml, 6)); llama.cpp logs is_swa per layer
     assert [il for il in range(18) if not gemma.is_swa[il]] == [5, 11, 17]
-    assert gemma.tied_embeddings and smollm.tied_embeddings
+    assert gemma.tied_embeddings
+    assert smollm.tied_embeddings
 
 
 @pytest.mark.parametrize(
@@ -62,10 +63,20 @@ def test_spec_of_the_real_models(smollm: ModelSpec, gemma: ModelSpec) -> None:
         ({"n_ctx": 8192, "flash_attn": "off", "n_ubatch": 256}, 8192, "180.00", "83.19", "0.19"),
         # 4 slots, one stream each: 2048 cells per stream (180.00 MiB, 4/4 seqs)
         ({"n_ctx": 8192, "flash_attn": "off", "n_parallel": 4}, 2048, "180.00", "99.38", "0.75"),
-        ({"n_ctx": 8192, "flash_attn": "off", "n_parallel": 4, "kv_unified": True}, 8192,
-         "180.00", "166.38", "0.75"),
-        ({"n_ctx": 8192, "flash_attn": "on", "cache_type_k": "q8_0", "cache_type_v": "q8_0"},
-         8192, "95.62", "99.38", "0.19"),
+        (
+            {"n_ctx": 8192, "flash_attn": "off", "n_parallel": 4, "kv_unified": True},
+            8192,
+            "180.00",
+            "166.38",
+            "0.75",
+        ),
+        (
+            {"n_ctx": 8192, "flash_attn": "on", "cache_type_k": "q8_0", "cache_type_v": "q8_0"},
+            8192,
+            "95.62",
+            "99.38",
+            "0.19",
+        ),
     ],
 )
 def test_smollm_matches_llama_cpp_log(
@@ -178,8 +189,10 @@ def test_runner_presets_differ() -> None:
     server = runner_defaults("llama-server")
     ollama_small = runner_defaults("ollama", gpu_total_bytes=8 * 1024**3)
     ollama_big = runner_defaults("ollama", gpu_total_bytes=80 * 1024**3)
-    assert lcp.swa_full and not server.swa_full
-    assert server.kv_unified and server.n_parallel == 4
+    assert lcp.swa_full
+    assert not server.swa_full
+    assert server.kv_unified
+    assert server.n_parallel == 4
     assert (lcp.n_ctx, server.n_ctx) == (512, 0)
     assert (ollama_small.n_ctx, ollama_big.n_ctx) == (4096, 262144)
     assert ollama_small.n_batch == ollama_small.n_ubatch == 512
