@@ -470,40 +470,256 @@ def _caches(
 
 
 # --- compute buffers (src/llama-context.cpp graph_reserve, ggml-alloc) --------------------
+#
+# llama_context::sched_reserve builds the prompt graph for n_tokens = min(n_ctx, n_ubatch)
+# tokens split into n_seq_max equal sequences, every token an output, and lets ggml-alloc
+# (ggml/src/ggml-alloc.c) place it: graph inputs first, at the bottom of the buffer, then
+# each node in execution order, reusing freed blocks (best fit) or a parent in place. The
+# buffer is the highest offset ever reached. We model it as the persistent inputs plus the
+# largest working set of the stages below; hole terms (freed blocks too small for the next
+# big tensor) follow the allocation traces of the vendored ggml-alloc (GGML_ALLOCATOR_DEBUG).
+
+_ALIGN: Final = 32
+"""CPU buffer alignment (``TENSOR_ALIGNMENT``); ggml-alloc pads every tensor to it."""
+
+_PARALLEL_BLOCK_ARCHS: Final = frozenset({"cohere2", "command-r", "phi2", "gptj", "gptneox"})
+"""Attention and FFN read the same ``attn_norm`` output (parallel residual)."""
+
+_POST_NORM_ARCHS: Final = frozenset({"gemma2", "gemma3", "gemma3n", "cohere2"})
+"""Sandwich-norm blocks whose FFN input lands one n_embd row lower (allocation traces)."""
+
+_MROPE_ARCHS: Final = frozenset({"qwen2vl", "qwen3vl", "qwen3vlmoe"})
+"""``n_pos_per_embd() == 4``: four position ids per token (llama-hparams.cpp)."""
 
 
-def _compute_bytes(spec: ModelSpec, ctx: ResolvedContext, n_kv: dict[str, int]) -> int:
-    """Model the worst-case compute buffer of one micro-batch.
+def _al(n_bytes: int) -> int:
+    return pad(n_bytes, _ALIGN)
 
-    llama.cpp reserves the graph for ``n_tokens = min(n_ctx, n_ubatch)`` tokens with every
-    token an output. Two stages compete for the peak: the output stage (logits, f32,
-    ``n_vocab × n_tokens``) and, without flash attention, the attention stage (the f32 KQ
-    matrix ``n_kv × n_tokens × n_head`` plus the f32 mask and the Q/K/V activations).
+
+@dataclass(frozen=True, slots=True)
+class _GraphShapes:
+    """Widths (in elements) of the activations the graph builders create, from the weights."""
+
+    fused_qkv: int
+    q_b: int
+    ffn_up: dict[int, int]
+    ffn_gate: dict[int, int]
+    exp_ff: int
+    exp_gate_up: bool
+    exp_has_gate: bool
+    shexp_ff: int
+    ssm_in: int
+    ssm_x: int
+    ssm_conv: int
+
+
+def _graph_shapes(spec: ModelSpec) -> _GraphShapes:
+    """Read activation widths from the weight shapes (ne1 of each projection)."""
+    fused_qkv = q_b = exp_ff = shexp_ff = ssm_in = ssm_x = ssm_conv = 0
+    exp_gate_up = exp_has_gate = False
+    ffn_up: dict[int, int] = {}
+    ffn_gate: dict[int, int] = {}
+    for t in spec.tensors:
+        if t.layer is None or len(t.shape) < 2 or not t.name.endswith(".weight"):
+            continue
+        kind = t.name.split(".")[2]
+        out = t.shape[1]
+        if kind == "attn_qkv":
+            fused_qkv = max(fused_qkv, out)
+        elif kind == "attn_q_b":
+            q_b = max(q_b, out)
+        elif kind == "ffn_up" and len(t.shape) == 2:
+            ffn_up[t.layer] = out
+        elif kind == "ffn_gate" and len(t.shape) == 2:
+            ffn_gate[t.layer] = out
+        elif kind in ("ffn_up_exps", "ffn_gate_exps"):
+            exp_ff = max(exp_ff, out)
+            exp_has_gate |= kind == "ffn_gate_exps"
+        elif kind == "ffn_gate_up_exps":
+            exp_ff = max(exp_ff, out // 2)
+            exp_gate_up = exp_has_gate = True
+        elif kind in ("ffn_up_shexp", "ffn_gate_shexp"):
+            shexp_ff = max(shexp_ff, out)
+        elif kind == "ssm_in":
+            ssm_in = max(ssm_in, out)
+        elif kind == "ssm_x":
+            ssm_x = max(ssm_x, out)
+        elif kind == "ssm_conv1d":
+            ssm_conv = max(ssm_conv, out)
+    return _GraphShapes(
+        fused_qkv,
+        q_b,
+        ffn_up,
+        ffn_gate,
+        exp_ff,
+        exp_gate_up,
+        exp_has_gate,
+        shexp_ff,
+        ssm_in,
+        ssm_x,
+        ssm_conv,
+    )
+
+
+def _input_bytes(
+    spec: ModelSpec, ctx: ResolvedContext, n_kv: dict[str, int], n_tokens: int, n_seq: int
+) -> int:
+    """Graph inputs, allocated first and kept until their last reader (llama-graph.cpp).
+
+    ``inp_tokens`` (i32) and ``inp_embd`` (f32 n_embd × n_tokens, allocated although the
+    token path does not read it, so it lives to the end), ``inp_pos``, per KV cache the
+    K/V row indices (i64; V indexes every element when V is stored transposed, i.e.
+    without flash attention) and the mask (f16 with flash attention, f32 without), the
+    recurrent ``s_copy`` ids and ``out_ids``.
+    """
+    total = _al(4 * n_tokens) + _al(4 * spec.n_embd * n_tokens) + _al(4 * n_tokens)
+    if n_kv:
+        total += _al(4 * n_tokens * (4 if spec.arch in _MROPE_ARCHS else 1))
+        v_idx = 8 * n_tokens * (1 if ctx.flash_attn else spec.n_embd_v_gqa_max())
+        for cells in n_kv.values():
+            total += _al(8 * n_tokens)  # k_idxs
+            if not spec.is_mla:  # MLA caches K only (PR #19067): no V indices
+                total += _al(v_idx)
+            total += _al((2 if ctx.flash_attn else 4) * cells * n_tokens)
+    if any(spec.is_recurrent[: spec.n_layer]):
+        total += _al(4 * n_seq)  # inp_s_copy
+    return total
+
+
+def _attention_stage(
+    spec: ModelSpec,
+    ctx: ResolvedContext,
+    n_kv: dict[str, int],
+    shapes: _GraphShapes,
+    n_tokens: int,
+) -> int:
+    """Working set at the attention peak, above the inputs (build_attn_mha).
+
+    Live: the residual ``inpL`` and ``attn_norm`` (or the blocks they left), Q before and
+    after RoPE, and without flash attention the f32 KQ matrix ``n_kv × n_tokens × n_head``
+    (``kq``; soft_max then runs in place). A fused QKV projection leaves Q as a view, one
+    Q-sized block less. MLA (deepseek2) keeps q_b's output, the absorbed q_nope and the
+    concatenated Q (``n_head × (kv_lora_rank + n_rot)``).
+    """
+    e = 4 * spec.n_embd * n_tokens
+    best = 0
+    for il in range(spec.n_layer):
+        n_head = spec.n_head[il]
+        if n_head == 0 or spec.n_head_kv[il] == 0 or spec.is_recurrent[il]:
+            continue
+        swa = spec.is_swa[il]
+        cells = n_kv.get("kv_swa" if swa else "kv", max(n_kv.values()))
+        head_k = spec.head_k_swa if swa else spec.head_k_full
+        q = 4 * n_tokens * n_head * head_k
+        if spec.is_mla:
+            q_b = 4 * n_tokens * (shapes.q_b or n_head * head_k)
+            q_abs = 4 * n_tokens * n_head * spec.kv_lora_rank
+            stage = 2 * e + q_b + q_abs + q
+        elif shapes.fused_qkv:
+            stage = e + q
+        else:
+            stage = 2 * e + 2 * q
+        if spec.arch in _PARALLEL_BLOCK_ARCHS:
+            stage += e  # attn_norm stays live for the parallel FFN
+        if not ctx.flash_attn:
+            stage += 4 * cells * n_tokens * n_head
+        best = max(best, stage)
+    return best
+
+
+def _ffn_stage(spec: ModelSpec, shapes: _GraphShapes, n_tokens: int) -> int:
+    """Working set at the FFN peak, above the inputs (build_ffn / build_moe_ffn).
+
+    Dense: the residual with the block below it, then up, gate and the GLU output (the
+    ``*_split`` GLU ops are not in place). MoE: router logits/probs, selected ids and
+    weights, then per selected expert up, gate and GLU output, or the GLU output and the
+    down projection ``n_embd × n_expert_used``; a shared expert runs after ``moe_out``.
+    """
+    e = 4 * spec.n_embd * n_tokens
+    best = 0
+    for il in range(spec.n_layer):
+        has_attn = spec.n_head_kv[il] > 0 and not spec.is_recurrent[il]
+        below = 3 * e if has_attn and spec.arch not in _POST_NORM_ARCHS else 2 * e
+        stage = 0
+        if il in shapes.ffn_up:
+            up = shapes.ffn_up[il]
+            gate = shapes.ffn_gate.get(il, 0)
+            act = spec.n_ff[il] if (gate or up > spec.n_ff[il]) else 0
+            stage = below + 4 * n_tokens * (up + gate + act)
+        if spec.n_expert and shapes.exp_ff:
+            used = spec.n_expert_used
+            ff = shapes.exp_ff
+            router = 4 * n_tokens * (2 * spec.n_expert + 2 * used)
+            gate = ff if shapes.exp_has_gate else 0
+            experts = 4 * n_tokens * used * max(ff + gate + ff, ff + spec.n_embd)
+            stage = max(stage, below + router + experts)
+            if shapes.shexp_ff:
+                stage = max(stage, below + e + 4 * n_tokens * 3 * shapes.shexp_ff)
+        best = max(best, stage)
+    return best
+
+
+def _recurrent_stage(spec: ModelSpec, shapes: _GraphShapes, n_tokens: int, n_seq: int) -> int:
+    """Working set at the SSM / RWKV peak, above the inputs.
+
+    Mamba (mamba-base.cpp build_mamba_layer): ``xz`` (2·d_inner), ``conv_x`` ((d_conv-1 +
+    n_seq_tokens) × d_inner × n_seqs), the conv output, dt and the ssm_scan result (y plus
+    the new states). Mamba-2 (build_mamba2_layer): ``zxBCdt``, ``conv_x``, the conv output
+    xBC, ``cont(z)`` and the new states. RWKV 6/7 (rwkv6-base.cpp, rwkv7-base.cpp): the
+    token-shift lerps (5 or 6 × n_embd in one tensor), r/k/v/g/w projections and the wkv
+    output with its state; counted in n_embd-wide rows from the allocation traces.
+    """
+    if not any(spec.is_recurrent[: spec.n_layer]):
+        return 0
+    e = 4 * spec.n_embd * n_tokens
+    seq_tokens = -(-n_tokens // n_seq)
+    if spec.wkv_head_size:
+        state = 4 * spec.n_embd * spec.wkv_head_size * n_seq
+        rows = 18.25 if spec.arch in ("rwkv7", "arwkv7") else 13.25
+        return int(rows * e) + 2 * state
+    if spec.shortconv_l_cache:
+        # lfm2 shortconv: in_proj (3 × n_embd), the concatenated conv input, conv output
+        conv_x = 4 * spec.n_embd * (spec.shortconv_l_cache - 1 + seq_tokens) * n_seq
+        return 2 * e + 3 * e + conv_x + e
+    d_inner = spec.ssm_d_inner
+    if not d_inner:
+        return 0
+    conv_dim = shapes.ssm_conv or d_inner
+    conv_x = 4 * conv_dim * (spec.ssm_d_conv - 1 + seq_tokens) * n_seq
+    states = 4 * spec.ssm_d_state * d_inner * n_seq
+    if spec.ssm_n_group:  # mamba2 / hybrids
+        z_in = 4 * n_tokens * (shapes.ssm_in or 2 * d_inner + 2 * conv_dim)
+        return 2 * e + z_in + conv_x + states + 4 * n_tokens * (conv_dim + d_inner)
+    d = 4 * d_inner * n_tokens
+    return 2 * e + 2 * d + d + conv_x + d + states
+
+
+def _compute_bytes(
+    spec: ModelSpec, ctx: ResolvedContext, n_kv: dict[str, int], n_seq: int | None = None
+) -> int:
+    """Model the worst-case compute buffer of one micro-batch (CPU ``compute buffer size``).
+
+    ``n_seq`` is ``n_seq_max`` (the reserve graph splits the micro-batch into that many
+    sequences; it matters for recurrent state only); it defaults to the number of KV streams.
+    The result is the largest of: the output stage (``inp_tokens``' block, ``inp_embd``, the
+    last residual and the f32 logits ``n_vocab × n_tokens``), and the inputs plus the
+    attention, FFN/MoE or SSM/RWKV working set.
     """
     n_tokens = min(ctx.n_ctx, ctx.n_ubatch)
-    f32 = 4
-    n_embd = spec.n_embd
-    output_stage = f32 * n_tokens * (spec.n_vocab + (2 if ctx.flash_attn else 3) * n_embd)
-    if not n_kv:
-        return output_stage
-    attn_layers = [il for il in range(spec.n_layer) if spec.n_head[il] > 0]
-    if not attn_layers:
-        return output_stage
-    n_head = max(spec.n_head[il] for il in attn_layers)
-    q_width = max(
-        spec.n_head[il] * (spec.head_k_swa if spec.is_swa[il] else spec.head_k_full)
-        for il in attn_layers
+    n_seq = max(1, n_seq if n_seq is not None else ctx.n_stream)
+    if n_tokens % n_seq:
+        n_tokens = -(-n_tokens // n_seq) * n_seq  # graph_reserve rounds up to n_seqs
+    e = _al(4 * spec.n_embd * n_tokens)
+    output_stage = _al(4 * n_tokens) + (2 if ctx.flash_attn else 3) * e
+    output_stage += _al(4 * spec.n_vocab * n_tokens)
+    shapes = _graph_shapes(spec)
+    inputs = _input_bytes(spec, ctx, n_kv, n_tokens, n_seq)
+    working = max(
+        _attention_stage(spec, ctx, n_kv, shapes, n_tokens) if n_kv else 0,
+        _ffn_stage(spec, shapes, n_tokens),
+        _recurrent_stage(spec, shapes, n_tokens, n_seq),
     )
-    kv_width = max(spec.n_embd_k_gqa(il) for il in attn_layers)
-    # masks for every cache live through the whole graph (f16 with FA, f32 without)
-    mask_bytes = sum((2 if ctx.flash_attn else 4) * kv * n_tokens for kv in n_kv.values())
-    activations = f32 * n_tokens * (5 * q_width + 2 * kv_width)
-    if ctx.flash_attn:
-        attention_stage = mask_bytes + activations
-    else:
-        kq = f32 * max(n_kv.values()) * n_tokens * n_head
-        attention_stage = kq + mask_bytes + activations
-    return max(output_stage, attention_stage)
+    return max(output_stage, inputs + working)
 
 
 # --- the estimate -----------------------------------------------------------------------

@@ -766,16 +766,18 @@ class _Parser:
         n_tensors = cur.u64("tensor count")
         n_kv = cur.u64("metadata count")
         cur.check_room(n_kv, _MIN_KV_BYTES, _INT64_MAX, count_offset + 8, "metadata count")
-        cur.check_room(
-            n_tensors * _MIN_TENSOR_INFO_BYTES + n_kv * _MIN_KV_BYTES,
-            1,
-            _INT64_MAX,
-            count_offset,
-            f"tensor count {n_tensors} (with {n_kv} metadata pairs)",
-        )
+        cur.check_room(n_tensors, _MIN_TENSOR_INFO_BYTES, _INT64_MAX, count_offset, "tensor count")
+        need = n_tensors * _MIN_TENSOR_INFO_BYTES + n_kv * _MIN_KV_BYTES
+        if cur.end is not None and need > cur.end - cur.offset:
+            raise LimitExceededError(
+                name,
+                count_offset,
+                f"tensor count {n_tensors} and metadata count {n_kv} need at least {need} "
+                f"bytes, but {cur.end - cur.offset} are left in the file",
+            )
 
         metadata: dict[str, object] = {}
-        alignment_type = -1
+        alignment_type = alignment_offset = -1
         for _ in range(n_kv):
             key_offset = cur.offset
             key = cur.string("metadata key", InvalidMetadataError)
@@ -786,7 +788,7 @@ class _Parser:
             value_type = cur.u32("a metadata value type")
             metadata[key] = self.value(value_type, cur.offset - 4, key)
             if key == _KEY_ALIGNMENT:
-                alignment_type = value_type
+                alignment_type, alignment_offset = value_type, key_offset
 
         alignment = DEFAULT_ALIGNMENT
         if alignment_type != -1:
@@ -795,12 +797,12 @@ class _Parser:
             if alignment_type != GGUFValueType.UINT32 or not isinstance(value, int):
                 raise InvalidMetadataError(
                     name,
-                    None,
+                    alignment_offset,
                     f"{_KEY_ALIGNMENT} must be UINT32, not {_value_type_name(alignment_type)}",
                 )
             if value <= 0 or value & (value - 1):
                 raise InvalidMetadataError(
-                    name, None, f"{_KEY_ALIGNMENT} {value} is not a power of 2"
+                    name, alignment_offset, f"{_KEY_ALIGNMENT} {value} is not a power of 2"
                 )
             alignment = value
 
@@ -839,7 +841,9 @@ class _Parser:
         except TruncatedError:
             head = cur.window[cur.pos :]
             if not GGUF_MAGIC.startswith(head):
-                raise NotGGUFError(cur.name, offset, f"starts with {head!r}, not GGUF") from None
+                raise NotGGUFError(
+                    cur.name, offset, f"starts with {head!r}, not {GGUF_MAGIC!r}"
+                ) from None
             raise
         head = cur.window[cur.pos : cur.pos + 4]
         if head != GGUF_MAGIC:

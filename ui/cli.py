@@ -397,7 +397,12 @@ def _print_inspect(d: dict[str, Any]) -> None:
 def estimate_dict(spec: ModelSpec, settings: Settings, est: MemoryEstimate) -> dict[str, Any]:
     """Return the estimate as plain data; the key names are a stable interface."""
     return {
-        "model": {"path": spec.path, "architecture": spec.arch, "name": spec.name},
+        "model": {
+            "path": spec.path,
+            "architecture": spec.arch,
+            "name": spec.name,
+            "weights_bytes": spec.weights_bytes,
+        },
         "settings": asdict(settings),
         "context": asdict(est.context),
         "n_gpu_layers": est.n_gpu_layers,
@@ -483,8 +488,8 @@ def _compare_rows(d: dict[str, Any], engine: Any) -> list[list[str]]:
     host = next(x for x in d["devices"] if x["kind"] == "host")
     pairs = [
         (
-            "weights (all devices)",
-            sum(x["weights_bytes"] for x in d["devices"]),
+            "weights (file)",
+            d["model"]["weights_bytes"],
             engine.model_size_bytes,
         ),
         ("KV cache", sum(x["kv_bytes"] for x in d["devices"]), engine.kv_bytes),
@@ -535,7 +540,10 @@ def _load(path: str) -> ModelSpec:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code (errors: one line on stderr, code 2)."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:  # --help, or a bad flag (already reported on stderr)
+        return stop.code if isinstance(stop.code, int) else EXIT_USAGE
     try:
         spec = _load(args.model)
         if args.command == "inspect":
