@@ -13,8 +13,9 @@ import json
 import multiprocessing
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from types import ModuleType
 from typing import Any, NoReturn
 
 from app.errors import GGTuneError
@@ -76,7 +77,8 @@ def _tensor_split(value: str) -> tuple[float, ...]:
     return parts
 
 
-def _add_settings_flags(p: argparse.ArgumentParser) -> None:
+def add_settings_flags(p: argparse.ArgumentParser) -> None:
+    """Add llama-server's settings flags and the runner/hardware options to ``p``."""
     g = p.add_argument_group("settings (llama-server's flags; unset = the runner's default)")
     g.add_argument(
         "-c",
@@ -515,6 +517,19 @@ def _compare_rows(d: dict[str, Any], engine: Any) -> list[list[str]]:
 # --- entry point ---------------------------------------------------------------------------
 
 
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _command_modules() -> list[ModuleType]:
+    """Return the modules that add subcommands beside inspect and estimate.
+
+    Each has ``register(sub) -> None`` adding its parsers with ``set_defaults(handler=…)``;
+    a handler takes the parsed arguments and returns the exit code. Add a module here to
+    add a command (ui/cli_*.py), so no command needs to edit another's code.
+    """
+    return []
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the ``ggtune`` argument parser."""
     parser = _Parser(prog="ggtune", description="Will this model fit, how fast, what settings?")
@@ -522,20 +537,57 @@ def build_parser() -> argparse.ArgumentParser:
     p_inspect = sub.add_parser("inspect", help="describe a GGUF model")
     p_inspect.add_argument("model", help="path to a .gguf file (any shard of a split model)")
     p_inspect.add_argument("--json", action="store_true", help="print one JSON object")
+    p_inspect.set_defaults(handler=_run_inspect)
     p_est = sub.add_parser("estimate", help="where every byte goes, per device")
     p_est.add_argument("model", help="path to a .gguf file (any shard of a split model)")
-    _add_settings_flags(p_est)
+    add_settings_flags(p_est)
     p_est.add_argument("--json", action="store_true", help="print one JSON object")
     p_est.add_argument(
         "--verify",
         action="store_true",
         help="also run llama.cpp's own dry run and show both side by side",
     )
+    p_est.set_defaults(handler=_run_estimate)
+    for module in _command_modules():
+        module.register(sub)
     return parser
 
 
-def _load(path: str) -> ModelSpec:
+def load_spec(path: str) -> ModelSpec:
+    """Read the model at ``path`` (any shard) and return its spec."""
     return model_spec(read_model(path))
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    data = inspect_dict(load_spec(args.model))
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        _print_inspect(data)
+    return 0
+
+
+def _run_estimate(args: argparse.Namespace) -> int:
+    spec = load_spec(args.model)
+    hardware = hardware_from_args(args)
+    settings = settings_from_args(args, hardware)
+    est = estimate(spec, settings, hardware)
+    data = estimate_dict(spec, settings, est)
+    engine = None
+    if args.verify:
+        from runner.dry_run import dry_run
+
+        print("running llama.cpp's dry run…", file=sys.stderr)
+        engine = dry_run(args.model, settings)
+        data["engine"] = engine.to_dict()
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        _print_estimate(data)
+        if engine is not None:
+            print("\nestimate vs llama.cpp (dry run, this machine):")
+            _print_table(_compare_rows(data, engine))
+    return 0
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -544,34 +596,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:  # --help, or a bad flag (already reported on stderr)
         return stop.code if isinstance(stop.code, int) else EXIT_USAGE
+    handler: Handler = args.handler
     try:
-        spec = _load(args.model)
-        if args.command == "inspect":
-            data = inspect_dict(spec)
-            if args.json:
-                print(json.dumps(data, indent=2))
-            else:
-                _print_inspect(data)
-            return 0
-        hardware = hardware_from_args(args)
-        settings = settings_from_args(args, hardware)
-        est = estimate(spec, settings, hardware)
-        data = estimate_dict(spec, settings, est)
-        engine = None
-        if args.verify:
-            from runner.dry_run import dry_run
-
-            print("running llama.cpp's dry run…", file=sys.stderr)
-            engine = dry_run(args.model, settings)
-            data["engine"] = engine.to_dict()
-        if args.json:
-            print(json.dumps(data, indent=2))
-        else:
-            _print_estimate(data)
-            if engine is not None:
-                print("\nestimate vs llama.cpp (dry run, this machine):")
-                _print_table(_compare_rows(data, engine))
-        return 0
+        return handler(args)
     except GGTuneError as err:
         print(f"ggtune: {err}", file=sys.stderr)
         return EXIT_USAGE
