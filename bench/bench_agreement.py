@@ -37,9 +37,11 @@ def llama_mib(n_bytes: int) -> str:
 
 def describe(s: Settings) -> str:
     """Return a short label of the settings that vary in the grid."""
-    return (f"ctx {s.n_ctx} {s.cache_type_k}/{s.cache_type_v} fa {s.flash_attn} "
-            f"np {s.n_parallel}{' unified' if s.kv_unified else ''}"
-            f"{' swa_full' if s.swa_full else ''} ub {s.n_ubatch}")
+    return (
+        f"ctx {s.n_ctx} {s.cache_type_k}/{s.cache_type_v} fa {s.flash_attn} "
+        f"np {s.n_parallel}{' unified' if s.kv_unified else ''}"
+        f"{' swa_full' if s.swa_full else ''} ub {s.n_ubatch}"
+    )
 
 
 def main() -> None:
@@ -48,8 +50,11 @@ def main() -> None:
     zoo_dir = Path(tempfile.mkdtemp(prefix="ggtune-zoo-"))
     paths = {"SmolLM2-135M Q4_1": demo.smollm, "Gemma-3 270M Q4_K_M": demo.gemma}
     paths.update({f"zoo {name}": write_model(name, zoo_dir) for name in ZOO})
-    print(f"machine: {platform.machine()}, {' '.join(local_cpu_flags())}; "
-          f"{time.strftime('%Y-%m-%d')}", file=sys.stderr)
+    print(
+        f"machine: {platform.machine()}, {' '.join(local_cpu_flags())}; "
+        f"{time.strftime('%Y-%m-%d')}",
+        file=sys.stderr,
+    )
     print("| model | settings | weights = | KV/state = | compute error (min … max) | worst case |")
     print("|---|---:|---:|---:|---:|---|")
     outliers: list[str] = []
@@ -68,8 +73,11 @@ def main() -> None:
         for s, report in zip(valid, reports, strict=True):
             est = estimate(spec, s, hw)
             weights_ok += report.model_size_bytes == spec.weights_bytes
-            ours = [(c.cells, c.n_layers, llama_mib(c.total_bytes)) for c in est.caches
-                    if c.kind != "recurrent"]
+            ours = [
+                (c.cells, c.n_layers, llama_mib(c.total_bytes))
+                for c in est.caches
+                if c.kind != "recurrent"
+            ]
             theirs = [(c.cells, c.layers, f"{c.size_mib:.2f}") for c in report.kv_caches]
             rs_ours = [llama_mib(c.total_bytes) for c in est.caches if c.kind == "recurrent"]
             rs_theirs = [f"{c.r_mib + c.s_mib:.2f}" for c in report.recurrent_caches]
@@ -79,13 +87,17 @@ def main() -> None:
             err = 100.0 * (mine - engine) / engine
             errors.append((err, describe(s), mine / MIB, engine / MIB))
             if abs(err) > 3.0:
-                outliers.append(f"| {label} | {describe(s)} | {mine / MIB:.2f} | "
-                                f"{engine / MIB:.2f} | {err:+.1f}% |")
+                outliers.append(
+                    f"| {label} | {describe(s)} | {mine / MIB:.2f} | "
+                    f"{engine / MIB:.2f} | {err:+.1f}% |"
+                )
         worst = max(errors, key=lambda e: abs(e[0]))
         lo = min(e[0] for e in errors)
         hi = max(e[0] for e in errors)
-        print(f"| {label} | {len(valid)} | {weights_ok}/{len(valid)} | {kv_ok}/{len(valid)} | "
-              f"{lo:+.1f}% … {hi:+.1f}% | {worst[1]}: {worst[2]:.2f} vs {worst[3]:.2f} MiB |")
+        print(
+            f"| {label} | {len(valid)} | {weights_ok}/{len(valid)} | {kv_ok}/{len(valid)} | "
+            f"{lo:+.1f}% … {hi:+.1f}% | {worst[1]}: {worst[2]:.2f} vs {worst[3]:.2f} MiB |"
+        )
     print()
     print("Compute buffers outside 3 %:")
     print()
