@@ -486,7 +486,7 @@ _PARALLEL_BLOCK_ARCHS: Final = frozenset({"cohere2", "command-r", "phi2", "gptj"
 """Attention and FFN read the same ``attn_norm`` output (parallel residual)."""
 
 _POST_NORM_ARCHS: Final = frozenset({"gemma2", "gemma3", "gemma3n", "cohere2"})
-"""Sandwich-norm blocks whose FFN input lands one n_embd row lower (allocation traces)."""
+"""FFN input two n_embd rows above the inputs, not three (traces): sandwich norms, parallel."""
 
 _MROPE_ARCHS: Final = frozenset({"qwen2vl", "qwen3vl", "qwen3vlmoe"})
 """``n_pos_per_embd() == 4``: four position ids per token (llama-hparams.cpp)."""
@@ -612,9 +612,15 @@ def _attention_stage(
         head_k = spec.head_k_swa if swa else spec.head_k_full
         q = 4 * n_tokens * n_head * head_k
         if spec.is_mla:
+            # q_b output, q_pe, absorbed q_nope, the concatenated Q (deepseek2.cpp); without
+            # flash attention V is a cont() copy of the K cache's latent part (f16)
             q_b = 4 * n_tokens * (shapes.q_b or n_head * head_k)
             q_abs = 4 * n_tokens * n_head * spec.kv_lora_rank
-            stage = 2 * e + q_b + q_abs + q
+            if ctx.flash_attn:
+                q_pe = 4 * n_tokens * n_head * (head_k - spec.kv_lora_rank)
+                stage = 2 * e + q_b + q_pe + q_abs + q
+            else:
+                stage = 2 * e + q_b + q_abs + q + 2 * cells * spec.kv_lora_rank
         elif shapes.fused_qkv:
             stage = e + q
         else:
@@ -638,8 +644,18 @@ def _ffn_stage(spec: ModelSpec, shapes: _GraphShapes, n_tokens: int) -> int:
     e = 4 * spec.n_embd * n_tokens
     best = 0
     for il in range(spec.n_layer):
-        has_attn = spec.n_head_kv[il] > 0 and not spec.is_recurrent[il]
-        below = 3 * e if has_attn and spec.arch not in _POST_NORM_ARCHS else 2 * e
+        # the residual sits above the attention's last blocks (embd, attn_norm, Q): three
+        # rows for separate Q/K/V; two after a fused QKV, MLA, a sandwich norm, a recurrent
+        # or attention-free layer, or in hybrids (allocation traces)
+        three = (
+            spec.n_head_kv[il] > 0
+            and not spec.is_recurrent[il]
+            and not shapes.fused_qkv
+            and not spec.is_mla
+            and spec.arch not in _POST_NORM_ARCHS
+            and spec.memory_kind not in ("hybrid", "hybrid_iswa")
+        )
+        below = 3 * e if three else 2 * e
         stage = 0
         if il in shapes.ffn_up:
             up = shapes.ffn_up[il]
@@ -659,7 +675,9 @@ def _ffn_stage(spec: ModelSpec, shapes: _GraphShapes, n_tokens: int) -> int:
     return best
 
 
-def _recurrent_stage(spec: ModelSpec, shapes: _GraphShapes, n_tokens: int, n_seq: int) -> int:
+def _recurrent_stage(
+    spec: ModelSpec, shapes: _GraphShapes, n_tokens: int, n_seq: int, ffn_stage: int
+) -> int:
     """Working set at the SSM / RWKV peak, above the inputs.
 
     Mamba (mamba-base.cpp build_mamba_layer): ``xz`` (2·d_inner), ``conv_x`` ((d_conv-1 +
@@ -689,7 +707,9 @@ def _recurrent_stage(spec: ModelSpec, shapes: _GraphShapes, n_tokens: int, n_seq
     states = 4 * spec.ssm_d_state * d_inner * n_seq
     if spec.ssm_n_group:  # mamba2 / hybrids
         z_in = 4 * n_tokens * (shapes.ssm_in or 2 * d_inner + 2 * conv_dim)
-        return 2 * e + z_in + conv_x + states + 4 * n_tokens * (conv_dim + d_inner)
+        # zxBCdt goes below the residual, or in the previous FFN's freed blocks (hybrids)
+        low = max(e + z_in, ffn_stage)
+        return low + e + conv_x + states + 4 * n_tokens * (conv_dim + d_inner)
     d = 4 * d_inner * n_tokens
     return 2 * e + 2 * d + d + conv_x + d + states
 
@@ -714,10 +734,11 @@ def _compute_bytes(
     output_stage += _al(4 * spec.n_vocab * n_tokens)
     shapes = _graph_shapes(spec)
     inputs = _input_bytes(spec, ctx, n_kv, n_tokens, n_seq)
+    ffn = _ffn_stage(spec, shapes, n_tokens)
     working = max(
         _attention_stage(spec, ctx, n_kv, shapes, n_tokens) if n_kv else 0,
-        _ffn_stage(spec, shapes, n_tokens),
-        _recurrent_stage(spec, shapes, n_tokens, n_seq),
+        ffn,
+        _recurrent_stage(spec, shapes, n_tokens, n_seq, ffn),
     )
     return max(output_stage, inputs + working)
 
@@ -791,7 +812,7 @@ def estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryE
             rs[index(dev)] += b
 
     compute = [0] * (n_dev + 1)
-    graph_bytes = _compute_bytes(spec, ctx, n_kv)
+    graph_bytes = _compute_bytes(spec, ctx, n_kv, settings.n_parallel)
     used_gpus = {d for d in (*placement.layer_device, placement.output_device) if d >= 0}
     if used_gpus:
         for d in used_gpus:
