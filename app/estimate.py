@@ -11,15 +11,18 @@ engine in tests/ (docs/benchmarks.md lists the residual error).
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from app.errors import SettingsError
 from app.hardware import Device, DeviceKind, Hardware
 from app.settings import CacheType, Settings
-from app.spec import ModelSpec, TensorSpec
+from app.spec import ModelSpec, TensorRole, TensorSpec
+
+_T = TypeVar("_T")
 
 MIB: Final = 1024 * 1024
 PAD_CELLS: Final = 256
@@ -302,7 +305,55 @@ def _place_layers(spec: ModelSpec, settings: Settings, hardware: Hardware) -> _P
     return _Placement(layers, device_of(n_layer_all), act_gpu_layers)
 
 
-def _tensor_device(t: TensorSpec, placement: _Placement, n_cpu_moe: int) -> int:
+@dataclass(frozen=True, slots=True)
+class _TensorGroup:
+    """Tensors that land on the same device and buffer: one layer, role, type, shape class."""
+
+    layer: int | None
+    role: TensorRole
+    ggml_type: int
+    repack_shape: bool
+    n_bytes: int
+
+
+_ALL_REPACK_TYPES: Final = _REPACK_AVX2 | _REPACK_AVX512_EXTRA | _REPACK_NEON_I8MM
+
+
+def _group_tensors(spec: ModelSpec) -> tuple[_TensorGroup, ...]:
+    sums: dict[tuple[int | None, TensorRole, int, bool], int] = {}
+    for t in spec.tensors:
+        key = (t.layer, t.role, t.ggml_type, _is_repacked(t, _ALL_REPACK_TYPES))
+        sums[key] = sums.get(key, 0) + t.n_bytes
+    return tuple(_TensorGroup(*key, n_bytes) for key, n_bytes in sums.items())
+
+
+_SPEC_MEMO: dict[int, tuple[ModelSpec, dict[str, object]]] = {}
+_SPEC_MEMO_SIZE: Final = 16
+
+
+def _memo(spec: ModelSpec, name: str, compute: Callable[[ModelSpec], _T]) -> _T:
+    """Return ``compute(spec)``, computed once per spec object (the slider hot path).
+
+    Keyed by identity (hashing a spec means hashing every tensor); the entry keeps the
+    spec alive so an id is never reused while cached.
+    """
+    entry = _SPEC_MEMO.get(id(spec))
+    if entry is None or entry[0] is not spec:
+        if len(_SPEC_MEMO) >= _SPEC_MEMO_SIZE:
+            _SPEC_MEMO.pop(next(iter(_SPEC_MEMO)))
+        entry = (spec, {})
+        _SPEC_MEMO[id(spec)] = entry
+    values = entry[1]
+    if name not in values:
+        values[name] = compute(spec)
+    return values[name]  # type: ignore[return-value]
+
+
+def _tensor_groups(spec: ModelSpec) -> tuple[_TensorGroup, ...]:
+    return _memo(spec, "tensor_groups", _group_tensors)
+
+
+def _tensor_device(t: TensorSpec | _TensorGroup, placement: _Placement, n_cpu_moe: int) -> int:
     if t.role == "token_embedding":
         return -1  # the input layer always stays on the CPU
     if t.layer is None:
@@ -732,7 +783,7 @@ def _compute_bytes(
     e = _al(4 * spec.n_embd * n_tokens)
     output_stage = _al(4 * n_tokens) + (2 if ctx.flash_attn else 3) * e
     output_stage += _al(4 * spec.n_vocab * n_tokens)
-    shapes = _graph_shapes(spec)
+    shapes = _memo(spec, "graph_shapes", _graph_shapes)
     inputs = _input_bytes(spec, ctx, n_kv, n_tokens, n_seq)
     ffn = _ffn_stage(spec, shapes, n_tokens)
     working = max(
@@ -768,15 +819,15 @@ def estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryE
     weights = [0] * (n_dev + 1)
     other = [0] * (n_dev + 1)
     repack = _repack_types(hardware.host)
-    for t in spec.tensors:
-        dev = _tensor_device(t, placement, settings.n_cpu_moe)
-        if dev < 0 and _is_repacked(t, repack):
+    for g in _tensor_groups(spec):
+        dev = _tensor_device(g, placement, settings.n_cpu_moe)
+        if dev < 0 and g.repack_shape and g.ggml_type in repack:
             # CPU_REPACK holds an interleaved copy; with mmap the mapped file still covers
             # the original, without mmap the tensor lives in the repack buffer alone
-            other[host_index] += t.n_bytes
+            other[host_index] += g.n_bytes
             if not settings.use_mmap:
                 continue
-        weights[index(dev)] += t.n_bytes
+        weights[index(dev)] += g.n_bytes
     if spec.tied_embeddings:
         embd = next(t for t in spec.tensors if t.name == "token_embd.weight")
         out_dev = placement.output_device
