@@ -246,8 +246,11 @@ def _ggml_function(libs: Sequence[Any], name: str, restype: Any, argtypes: list[
     )
 
 
-class _Ggml:
-    """The few ggml-backend functions llama-cpp-python does not bind, through ctypes."""
+class GgmlBackend:
+    """The few ggml-backend functions llama-cpp-python does not bind, through ctypes.
+
+    Child-only (it loads the shared libraries); :mod:`runner.benchmark` uses it too.
+    """
 
     def __init__(self) -> None:
         from llama_cpp import llama_cpp as bindings
@@ -309,9 +312,13 @@ class _BuftOverride(ctypes.Structure):
     _fields_ = (("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p))
 
 
-def _model_params(
-    bindings: Any, ggml: _Ggml, load: ModelLoad, keep_alive: list[object], progress: object
+def model_params(
+    bindings: Any, ggml: GgmlBackend, load: ModelLoad, keep_alive: list[object], progress: object
 ) -> Any:
+    """Return ``llama_model_params`` for ``load``; ``keep_alive`` holds what C points into.
+
+    ``progress`` is a ``llama_progress_callback`` (returning True continues the load).
+    """
     params = bindings.llama_model_default_params()
     params.n_gpu_layers = load.n_gpu_layers
     params.load_mode = load.load_mode
@@ -334,7 +341,8 @@ def _model_params(
     return params
 
 
-def _context_params(bindings: Any, settings: Settings) -> Any:
+def context_params(bindings: Any, settings: Settings) -> Any:
+    """Return ``llama_context_params`` for ``settings`` (threads left at llama.cpp's default)."""
     params = bindings.llama_context_default_params()
     params.n_ctx = settings.n_ctx
     params.n_batch = settings.n_batch
@@ -349,17 +357,31 @@ def _context_params(bindings: Any, settings: Settings) -> Any:
     return params
 
 
-def _model_desc(bindings: Any, model: Any) -> str:
+def model_desc(bindings: Any, model: Any) -> str:
+    """Return ``llama_model_desc`` (e.g. ``"gemma3 270M Q4_K - Medium"``)."""
     buf = ctypes.create_string_buffer(256)
     bindings.llama_model_desc(model, buf, ctypes.sizeof(buf))
     return buf.value.decode("utf-8", "replace")
 
 
-def dry_run_child(request: DryRunRequest, channel: ChildChannel) -> None:
-    """Run ``request`` in this (child) process, reporting through ``channel``.
+@dataclass(slots=True)
+class EngineSession:
+    """The child's handle on llama.cpp (see :func:`open_engine`); not picklable.
 
-    Sends :class:`EngineFacts`, then per group a :class:`ModelFacts` and per context a
-    :class:`ContextFacts`; each model load and each context is a step.
+    ``log_callback`` must stay referenced while llama.cpp may log (C holds a pointer).
+    """
+
+    bindings: Any
+    forwarder: LogLineJoiner
+    ggml: GgmlBackend
+    facts: EngineFacts
+    log_callback: object
+
+
+def open_engine(channel: ChildChannel) -> EngineSession:
+    """In the child: route llama.cpp's log to ``channel``, start the backends, send facts.
+
+    Sends one :class:`EngineFacts` (build, system info, devices) before returning.
     """
     import llama_cpp
     from llama_cpp import llama_cpp as bindings
@@ -371,24 +393,32 @@ def dry_run_child(request: DryRunRequest, channel: ChildChannel) -> None:
     forwarder = LogLineJoiner(channel.log)
     log_callback = bindings.llama_log_callback(forwarder.on_log)
     bindings.llama_log_set(log_callback, ctypes.c_void_p(0))
-    progress = bindings.llama_progress_callback(lambda _progress, _user_data: True)
     bindings.llama_backend_init()
-    ggml = _Ggml()
-    channel.send(
-        EngineFacts(
-            engine_version=f"llama-cpp-python {llama_cpp.__version__}",
-            system_info=(bindings.llama_print_system_info() or b"")
-            .decode("utf-8", "replace")
-            .strip(),
-            devices=ggml.devices(),
-        )
+    ggml = GgmlBackend()
+    facts = EngineFacts(
+        engine_version=f"llama-cpp-python {llama_cpp.__version__}",
+        system_info=(bindings.llama_print_system_info() or b"").decode("utf-8", "replace").strip(),
+        devices=ggml.devices(),
     )
+    channel.send(facts)
+    return EngineSession(bindings, forwarder, ggml, facts, log_callback)
+
+
+def dry_run_child(request: DryRunRequest, channel: ChildChannel) -> None:
+    """Run ``request`` in this (child) process, reporting through ``channel``.
+
+    Sends :class:`EngineFacts`, then per group a :class:`ModelFacts` and per context a
+    :class:`ContextFacts`; each model load and each context is a step.
+    """
+    engine = open_engine(channel)
+    bindings, forwarder, ggml = engine.bindings, engine.forwarder, engine.ggml
+    progress = bindings.llama_progress_callback(lambda _progress, _user_data: True)
     path = request.model_path.encode()
     for group in request.groups:
         channel.step(f"loading the model with {group.load.describe()}")
         forwarder.errors.clear()
         keep_alive: list[object] = []
-        params = _model_params(bindings, ggml, group.load, keep_alive, progress)
+        params = model_params(bindings, ggml, group.load, keep_alive, progress)
         model = bindings.llama_model_load_from_file(path, params)
         forwarder.flush()
         if not model:
@@ -401,13 +431,13 @@ def dry_run_child(request: DryRunRequest, channel: ChildChannel) -> None:
                     n_params=bindings.llama_model_n_params(model),
                     n_layer=bindings.llama_model_n_layer(model),
                     n_ctx_train=bindings.llama_model_n_ctx_train(model),
-                    desc=_model_desc(bindings, model),
+                    desc=model_desc(bindings, model),
                 )
             )
             for job in group.jobs:
                 channel.step(f"creating the context for settings #{job.index}")
                 forwarder.errors.clear()
-                ctx = bindings.llama_init_from_model(model, _context_params(bindings, job.settings))
+                ctx = bindings.llama_init_from_model(model, context_params(bindings, job.settings))
                 forwarder.flush()
                 if not ctx:
                     why = f": {forwarder.errors[0]}" if forwarder.errors else ""
@@ -477,6 +507,19 @@ def _report(
     facts: ContextFacts,
     log: tuple[str, ...],
 ) -> EngineReport:
+    return build_report(request.model_path, request.mode, settings, engine, model, facts, log)
+
+
+def build_report(
+    model_path: str,
+    mode: EngineMode,
+    settings: Settings,
+    engine: EngineFacts,
+    model: ModelFacts,
+    facts: ContextFacts,
+    log: tuple[str, ...],
+) -> EngineReport:
+    """Return the report of one model load and one context from their facts and log."""
     parsed = parse_log(log)
     if parsed.kv_unified is None or parsed.flash_attn is None:
         raise EngineError(
@@ -485,9 +528,9 @@ def _report(
             log_tail=log[-30:],
         )
     return EngineReport(
-        model_path=request.model_path,
+        model_path=model_path,
         settings=settings,
-        mode=request.mode,
+        mode=mode,
         model_size_bytes=model.size_bytes,
         model_n_params=model.n_params,
         model_desc=model.desc,
