@@ -106,6 +106,8 @@ class ModelSpec:
     n_swa: int
     is_mla: bool
     kv_lora_rank: int
+    n_rot: int
+    """Rotary dimensions per head (``rope.dimension_count``; MLA: the decoupled RoPE part)."""
     n_expert: int
     n_expert_used: int
     n_expert_shared: int
@@ -563,6 +565,7 @@ def model_spec(header: HeaderLike) -> ModelSpec:
         n_swa=n_swa,
         is_mla=is_mla,
         kv_lora_rank=kv_lora_rank,
+        n_rot=meta.int_("rope.dimension_count", head_k_full),
         n_expert=meta.int_("expert_count", 0),
         n_expert_used=meta.int_("expert_used_count", 0),
         n_expert_shared=meta.int_("expert_shared_count", 0),

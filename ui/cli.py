@@ -345,6 +345,8 @@ def inspect_dict(spec: ModelSpec) -> dict[str, Any]:
         if spec.n_expert
         else None,
         "mla": spec.is_mla,
+        "kv_lora_rank": spec.kv_lora_rank or None,
+        "rope_dimensions": spec.n_rot,
         "tied_embeddings": spec.tied_embeddings,
         "memory_kind": spec.memory_kind,
         "kv_bytes_per_token": kv_per_token,
@@ -371,7 +373,11 @@ def _print_inspect(d: dict[str, Any]) -> None:
         f"  attention:      {d['n_head']} heads, {d['n_head_kv']} KV heads, "
         f"head size {d['head_size_k']}/{d['head_size_v']}"
         + (f", window {d['sliding_window']} tokens" if d["sliding_window"] else "")
-        + (", MLA (K-only cache)" if d["mla"] else "")
+        + (
+            f", MLA (latent rank {d['kv_lora_rank']}, RoPE {d['rope_dimensions']}; K-only cache)"
+            if d["mla"]
+            else ""
+        )
     )
     if d["experts"]:
         e = d["experts"]
