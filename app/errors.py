@@ -19,8 +19,18 @@ The tree::
     ├── ModelFileNotFoundError     the path does not exist / is not a file
     ├── UnsupportedModelError      the architecture's memory rules are unknown
     ├── SettingsError              a setting out of range (e.g. a negative context)
+    ├── HardwareProfileError       a hardware profile file or a composition like
+    │                              "2x rtx-3090 + 64 GB DDR5" is invalid (has .path)
     ├── ModelFetchError            a demo/test model could not be fetched from PyPI
     │                              (pip failed, checksum mismatch, disk full)
+    ├── ResultsDBError             the benchmark history database cannot be used (written
+    │                              by a newer ggtune, cannot be set aside); a corrupt or
+    │                              locked one is set aside and reported, not raised
+    ├── CatalogError               a model catalog entry is unknown, unreadable or invalid
+    │                              (has .path: the profiles/models/*.json file at fault)
+    ├── ExportError                settings could not be exported, written or read back
+    │                              (a runner cannot express them, the target exists,
+    │                              disk full, a Modelfile that Ollama would refuse)
     └── EngineError                llama.cpp, run in a child process, failed (has .cause,
         │                          .log_tail, .exit_code, .signal); the app stays up
         ├── EngineCrashedError     the child died inside llama.cpp (abort, segfault, OOM kill)
@@ -116,11 +126,67 @@ class SettingsError(GGTuneError):
     """A setting is out of range or contradicts another setting."""
 
 
+class HardwareProfileError(GGTuneError):
+    """A hardware profile file, or a composition of profiles, is invalid.
+
+    ``path`` names the file (``None`` for a composition typed by the user); the message
+    says which profile and which field, e.g. ``"~/.config/ggtune/profiles/my.toml:
+    profile 'box' (#1): bandwidth_gb_per_s.value must be a number > 0, got -1"``.
+    """
+
+    def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = None if path is None else os.fspath(path)
+        self.message = message
+        super().__init__(f"{self.path}: {message}" if self.path else message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.message,), self.__dict__)
+
+
 class ModelFetchError(GGTuneError):
     """A demo or test model could not be fetched from PyPI, checked, or written to disk.
 
     Nothing is left behind: the file is either complete and checksummed, or absent.
     """
+
+
+class CatalogError(GGTuneError):
+    """A model catalog entry is unknown, cannot be read, or does not describe a model.
+
+    ``path`` names the entry's file (``None`` when no file was found); the message says
+    which field, e.g. ``"profiles/models/qwen3-8b.json: metadata lacks
+    qwen3.embedding_length"``.
+    """
+
+    def __init__(self, message: str, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = None if path is None else os.fspath(path)
+        self.message = message
+        super().__init__(f"{self.path}: {message}" if self.path else message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keep the path when the error crosses a process boundary.
+        return (type(self), (self.message, self.path))
+
+
+class ExportError(GGTuneError):
+    """Settings could not be exported for a runner, written to disk, or read back.
+
+    Raised when a runner cannot express a setting (Ollama has one KV type for K and V),
+    when the target file exists and overwriting was not asked for, when the disk is full
+    or the folder is not writable (no partial file is left), and when a Modelfile is one
+    that Ollama's parser would refuse.
+    """
+
+
+class ResultsDBError(GGTuneError):
+    """The benchmark results database cannot be opened, set aside, or written.
+
+    ``path`` names the database file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
+        self.path = os.fspath(path)
+        super().__init__(f"{self.path}: {message}")
 
 
 class EngineError(GGTuneError):

@@ -23,6 +23,13 @@ class Device:
     unified_memory: bool = False
     cpu_flags: tuple[str, ...] = ()
     """For the host: ISA features that change llama.cpp's CPU buffers (avx2, avx512f, neon…)."""
+    fp16_tflops: float | None = None
+    """Peak dense FP16 matrix throughput (prompt processing is bound by it), TFLOPS."""
+    memory_bytes: int | None = None
+    """Physical memory before the usable fraction (``capacity_bytes`` is what a model may
+    use: e.g. the Metal working set of a Mac's unified memory); ``None``: as capacity."""
+    description: str = ""
+    """What the device is, in words ("NVIDIA GeForce RTX 3090", "Apple M2 Max")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,70 +64,27 @@ class Hardware:
         return cls(host=Device("CPU", "host", ram_bytes, cpu_flags=cpu_flags), gpus=gpus)
 
 
-_INTERESTING_FLAGS = (
-    "avx",
-    "avx2",
-    "avx512f",
-    "avx512bw",
-    "avx512vnni",
-    "f16c",
-    "fma",
-    "neon",
-    "dotprod",
-    "i8mm",
-    "sve",
-)
-
-
 def local_cpu_flags() -> tuple[str, ...]:
     """Return the ISA features of this machine's CPU that matter to llama.cpp.
 
     Linux: the ``flags``/``Features`` lines of /proc/cpuinfo; macOS on Apple Silicon:
     NEON, dot product and (M2 and later) i8mm via sysctl. Unknown elsewhere (empty).
+    See :func:`app.hardware_probe.host_cpu_flags`.
     """
-    import platform
-    import subprocess
+    from app.hardware_probe import host_cpu_flags
 
-    machine = platform.machine().lower()
-    found: set[str] = set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("flags", "Features"):
-                    found.update(value.split())
-                    break
-    except OSError:
-        pass
-    if machine in ("arm64", "aarch64"):
-        found.add("neon")
-        if "asimddp" in found:
-            found.add("dotprod")
-        if platform.system() == "Darwin":
-            found.add("dotprod")
-            try:
-                out = subprocess.run(
-                    ["sysctl", "-n", "hw.optional.arm.FEAT_I8MM"],
-                    capture_output=True,
-                    text=True,
-                    timeout=2,
-                    check=False,
-                )
-                if out.stdout.strip() == "1":
-                    found.add("i8mm")
-            except (OSError, subprocess.SubprocessError):
-                pass
-    return tuple(f for f in _INTERESTING_FLAGS if f in found)
+    return host_cpu_flags()
 
 
-def local_hardware() -> Hardware:
-    """Return this machine as far as the core can see it without GPU libraries: the host.
+def local_hardware(*, measure_bandwidth: bool = False) -> Hardware:
+    """Return this machine as the hardware probes see it: the host and its GPUs.
 
-    RAM comes from psutil (available memory as free); GPUs are added by the hardware
-    probes (issue: hardware) and by ``--gpu-mem`` in the CLI.
+    The host's RAM comes from psutil (available memory as free); NVIDIA GPUs from NVML,
+    AMD GPUs from sysfs (Linux), a Mac's GPU from sysctl, with the share of unified memory
+    Metal lets the GPU wire as its capacity. A probe that fails leaves its devices out;
+    :func:`app.hardware_probe.detect` says why. The host's bandwidth is the cached
+    measurement (``measure_bandwidth=True`` measures it, ≤ 2 s, when none is cached).
     """
-    import psutil
+    from app.hardware_probe import detect
 
-    vm = psutil.virtual_memory()
-    host = Device("CPU", "host", int(vm.total), int(vm.available), cpu_flags=local_cpu_flags())
-    return Hardware(host=host)
+    return detect(measure_bandwidth=measure_bandwidth).to_hardware()

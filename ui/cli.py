@@ -18,7 +18,7 @@ from dataclasses import asdict
 from types import ModuleType
 from typing import Any, NoReturn
 
-from app.errors import GGTuneError
+from app.errors import GGTuneError, SettingsError
 from app.estimate import MemoryEstimate, estimate, row_bytes
 from app.gguf_reader import read_model
 from app.hardware import Device, Hardware, local_hardware
@@ -220,6 +220,13 @@ def add_settings_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="plan for this much system RAM (default: this machine's)",
     )
+    h.add_argument(
+        "--profile",
+        metavar="NAME[,NAME]",
+        default=None,
+        help='plan for hardware profiles, e.g. rtx-4090, m2-max:64GB or "2x rtx-3090 + '
+        '64 GB DDR5" (ggtune hw --profiles lists them)',
+    )
 
 
 _SETTING_FIELDS = (
@@ -261,10 +268,15 @@ def hardware_from_args(args: argparse.Namespace) -> Hardware:
     """Return this machine, or the GPUs/RAM the user asked to plan for."""
     here = local_hardware()
     host = here.host
+    gpus: tuple[Device, ...] = here.gpus
+    if getattr(args, "profile", None):
+        from ui.cli_hw import hardware_from_profile
+
+        planned = hardware_from_profile(args.profile, here, gpu_mem_given=bool(args.gpu_mem))
+        host, gpus = planned.host, planned.gpus
     if args.ram is not None:
         ram = int(args.ram * GIB)
         host = Device("CPU", "host", ram, ram, cpu_flags=host.cpu_flags)
-    gpus: tuple[Device, ...] = here.gpus
     if args.gpu_mem:
         gpus = tuple(
             Device(f"CUDA{i}", "gpu", int(g * GIB), int(g * GIB))
@@ -533,7 +545,9 @@ def _command_modules() -> list[ModuleType]:
     a handler takes the parsed arguments and returns the exit code. Add a module here to
     add a command (ui/cli_*.py), so no command needs to edit another's code.
     """
-    return []
+    from ui import cli_bench, cli_catalog, cli_export, cli_hw
+
+    return [cli_hw, cli_export, cli_bench, cli_catalog]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -560,7 +574,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_spec(path: str) -> ModelSpec:
-    """Read the model at ``path`` (any shard) and return its spec."""
+    """Read the model at ``path`` (any shard, or ``catalog:NAME``) and return its spec."""
+    if path.startswith("catalog:"):
+        from app.catalog import catalog_header
+
+        return model_spec(catalog_header(path))
     return model_spec(read_model(path))
 
 
@@ -582,6 +600,12 @@ def _run_estimate(args: argparse.Namespace) -> int:
     engine = None
     if args.verify:
         from runner.dry_run import dry_run
+
+        if args.model.startswith("catalog:"):
+            raise SettingsError(
+                "--verify runs llama.cpp on the model file; a catalog entry has no weights "
+                "to load (download a GGUF of it and pass its path)"
+            )
 
         print("running llama.cpp's dry run…", file=sys.stderr)
         engine = dry_run(args.model, settings)

@@ -1,0 +1,239 @@
+"""``ggtune export`` and ``ggtune library``: settings out to a runner, models in from disk.
+
+``ggtune export MODEL --to ollama|lmstudio|llama-server|llama-cpp-python [settings] [-o PATH]
+[--overwrite]`` prints the export (or writes it atomically with ``-o``; an existing file is
+kept unless ``--overwrite``). MODEL is a GGUF path or a name from ``ggtune library``.
+``ggtune library [--json] [--add DIR]`` lists the models on this machine and, when an
+Ollama server runs, what it has loaded beside ggtune's estimate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Literal
+
+from app.errors import ExportError, GGTuneError
+from app.export.common import ModelFacts, model_facts, write_text_atomic
+from app.library import (
+    Library,
+    add_folder,
+    compare_with_ollama,
+    entries_as_dicts,
+    scan_library,
+)
+from app.ollama_api import ollama_status, show_model
+from ui.cli import add_settings_flags, format_bytes, hardware_from_args, settings_from_args
+
+TARGETS = ("ollama", "lmstudio", "llama-server", "llama-cpp-python")
+SystemName = Literal["linux", "macos", "windows"]
+
+
+def _this_system() -> SystemName:
+    if sys.platform == "darwin":
+        return "macos"
+    if os.name == "nt":
+        return "windows"
+    return "linux"
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add the ``export`` and ``library`` subcommands to ``sub``."""
+    p = sub.add_parser("export", help="write the settings in a runner's own format")
+    p.add_argument("model", help="a .gguf path, or a model name from `ggtune library`")
+    p.add_argument("--to", choices=TARGETS, required=True, help="the runner to export for")
+    add_settings_flags(p)
+    p.add_argument("-o", "--output", metavar="PATH", help="write to PATH instead of printing")
+    p.add_argument("--overwrite", action="store_true", help="replace PATH if it exists")
+    p.add_argument("--name", help="Ollama: the name for `ollama create` (default: file name)")
+    p.add_argument("--draft", metavar="GGUF", help="a draft model for speculative decoding")
+    p.add_argument("--stop", action="append", default=[], help="Ollama: a stop string (repeat)")
+    p.add_argument("-t", "--threads", type=int, metavar="N", help="CPU threads")
+    p.add_argument(
+        "--system",
+        choices=("linux", "macos", "windows"),
+        default=None,
+        help="whose shell and service manager to write for (default: this one)",
+    )
+    p.add_argument(
+        "--write-lmstudio-config",
+        action="store_true",
+        help="LM Studio: write the per-model config file (a backup of any old one is kept)",
+    )
+    p.set_defaults(handler=run_export)
+
+    lib = sub.add_parser("library", help="list the GGUF models on this machine")
+    lib.add_argument("--json", action="store_true", help="print one JSON object")
+    lib.add_argument("--add", metavar="DIR", help="add a folder to scan from now on")
+    lib.set_defaults(handler=run_library)
+
+
+def _resolve_model(text: str) -> str:
+    """Return the path of ``text``: an existing file, or a library entry's name."""
+    if os.path.isfile(os.path.expanduser(text)):
+        return os.path.abspath(os.path.expanduser(text))
+    library = scan_library()
+    entry = library.find(text)
+    if entry is None:
+        raise ExportError(f"{text}: no such file, and no model of that name in the library")
+    return entry.path
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Print or write the export; return the exit code."""
+    path = _resolve_model(args.model)
+    hardware = hardware_from_args(args)
+    settings = settings_from_args(args, hardware)
+    facts: ModelFacts = model_facts(path)
+    system: SystemName = args.system or _this_system()
+    notes: tuple[str, ...] = ()
+    if args.to == "ollama":
+        from app.export.ollama import export_ollama
+
+        out = export_ollama(
+            path,
+            settings,
+            facts=facts,
+            name=args.name,
+            draft=args.draft,
+            num_thread=args.threads,
+            stop=args.stop,
+        )
+        if args.output:
+            text = out.modelfile
+            print(out.render(system, modelfile_path=args.output), file=sys.stderr)
+        else:
+            text = out.render(system)
+    elif args.to == "lmstudio":
+        from app.export.lmstudio import export_lmstudio, write_lmstudio_config
+
+        lms = export_lmstudio(path, settings, facts=facts)
+        text = lms.config_json if args.output else lms.render()
+        notes = lms.notes if args.output else ()
+        if args.write_lmstudio_config:
+            written = write_lmstudio_config(lms, overwrite=args.overwrite)
+            print(f"wrote {written}", file=sys.stderr)
+    elif args.to == "llama-server":
+        from app.export.llama_server import export_llama_server
+
+        res = export_llama_server(
+            path,
+            settings,
+            windows=system == "windows",
+            draft_path=args.draft,
+            n_threads=args.threads,
+        )
+        text, notes = res.text, res.notes
+    else:
+        from app.export.llama_cpp_python import export_llama_cpp_python
+
+        res = export_llama_cpp_python(path, settings)
+        text, notes = res.text, res.notes
+    if args.output:
+        written = write_text_atomic(args.output, text, overwrite=args.overwrite)
+        print(f"wrote {written}", file=sys.stderr)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def run_library(args: argparse.Namespace) -> int:
+    """List the library (and Ollama's loaded models); return the exit code."""
+    if args.add:
+        added = add_folder(args.add)
+        print(f"added {added}", file=sys.stderr)
+    library = scan_library()
+    status = ollama_status()
+    comparisons = _ollama_comparisons(library, status.models) if status.running else []
+    if args.json:
+        data = {
+            "models": entries_as_dicts(library.entries),
+            "issues": [{"path": i.path, "message": i.message} for i in library.issues],
+            "ollama": {
+                "url": status.base_url,
+                "running": status.running,
+                "error": status.error,
+                "loaded": [
+                    {
+                        "name": m.name,
+                        "size_bytes": m.size_bytes,
+                        "size_vram_bytes": m.size_vram_bytes,
+                        "context_length": m.context_length,
+                    }
+                    for m in status.models
+                ],
+                "comparisons": comparisons,
+            },
+        }
+        print(json.dumps(data, indent=2))
+        return 0
+    _print_library(library)
+    if not status.running:
+        print(f"\nOllama: not running ({status.base_url})")
+    else:
+        print(f"\nOllama at {status.base_url}: {len(status.models)} model(s) loaded")
+        for m in status.models:
+            print(
+                f"  {m.name}: {format_bytes(m.size_bytes)} in all, "
+                f"{format_bytes(m.size_vram_bytes)} on GPUs, context {m.context_length} per slot"
+            )
+        for c in comparisons:
+            print(
+                f"  {c['name']}: ggtune estimates {format_bytes(c['ggtune_total_bytes'])} in all, "
+                f"{format_bytes(c['ggtune_gpu_bytes'])} on GPUs for the same settings"
+            )
+    return 0
+
+
+def _ollama_comparisons(library: Library, models: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    parallel = os.environ.get("OLLAMA_NUM_PARALLEL", "1").strip() or "1"
+    kv = os.environ.get("OLLAMA_KV_CACHE_TYPE", "f16").strip().lower() or "f16"
+    for m in models:
+        entry = library.find(m.name)
+        if entry is None:
+            continue
+        show = show_model(m.name)
+        try:
+            c = compare_with_ollama(
+                m,
+                entry.path,
+                num_parallel=int(parallel) if parallel.isdigit() else 1,
+                kv_cache_type=kv,
+                parameters=show.parameters if show else None,
+            )
+        except GGTuneError:
+            continue
+        out.append(
+            {
+                "name": c.name,
+                "ollama_total_bytes": c.ollama_total_bytes,
+                "ollama_vram_bytes": c.ollama_vram_bytes,
+                "ggtune_total_bytes": c.ggtune_total_bytes,
+                "ggtune_gpu_bytes": c.ggtune_gpu_bytes,
+            }
+        )
+    return out
+
+
+def _print_library(library: Library) -> None:
+    if not library.entries:
+        print("no GGUF models found")
+    for e in library.entries:
+        extra = f" (same file as {e.duplicate_of})" if e.duplicate_of else ""
+        kind = " [projector]" if e.kind == "projector" else ""
+        shards = f", {len(e.files)} shards" if len(e.files) > 1 else ""
+        print(
+            f"{e.source:<11} {e.name}{kind}  {format_bytes(e.size_bytes)}{shards}  "
+            f"{e.architecture or '?'}{extra}"
+        )
+        print(f"{'':<11} {e.path}")
+    for issue in library.issues:
+        print(f"skipped: {issue.path}: {issue.message}")
+
+
+__all__ = ["register", "run_export", "run_library"]
