@@ -75,8 +75,7 @@ from runner.dry_run import (
     ModelLoad,
     build_report,
     context_params,
-    model_desc,
-    model_params,
+    load_model,
     open_engine,
 )
 from runner.worker import ChildChannel, ChildFailure, EngineWorker, Event, ItemEvent, LogEvent
@@ -367,7 +366,7 @@ def benchmark_child(request: BenchRequest, channel: ChildChannel) -> None:
     before = memory_snapshot()  # the interpreter and llama.cpp's libraries, no model yet
     sampler = _MemorySampler()
     sampler.start()
-    bindings, forwarder, ggml = engine.bindings, engine.forwarder, engine.ggml
+    bindings, forwarder = engine.bindings, engine.forwarder
     settings = request.settings
     last = [-1.0]
 
@@ -384,28 +383,12 @@ def benchmark_child(request: BenchRequest, channel: ChildChannel) -> None:
         mode = LOAD_MODE_MMAP_MLOCK if load.load_mode == LOAD_MODE_MMAP else LOAD_MODE_MLOCK
         load = dataclasses.replace(load, load_mode=mode)
     keep_alive: list[object] = []
-    channel.step(f"loading the model with {load.describe()}")
-    forwarder.errors.clear()
-    params = model_params(bindings, ggml, load, keep_alive, progress)
     t0 = time.perf_counter()
-    model = bindings.llama_model_load_from_file(request.model_path.encode(), params)
+    model = load_model(engine, channel, request.model_path, load, keep_alive, progress)
     load_s = time.perf_counter() - t0
-    forwarder.flush()
-    if not model:
-        why = f": {forwarder.errors[0]}" if forwarder.errors else ""
-        raise ChildFailure(f"llama.cpp could not load the model{why}", error=EngineLoadError)
     ctx = None
     decoder: _Decoder | None = None
     try:
-        channel.send(
-            ModelFacts(
-                size_bytes=bindings.llama_model_size(model),
-                n_params=bindings.llama_model_n_params(model),
-                n_layer=bindings.llama_model_n_layer(model),
-                n_ctx_train=bindings.llama_model_n_ctx_train(model),
-                desc=model_desc(bindings, model),
-            )
-        )
         channel.step("creating the context")
         forwarder.errors.clear()
         cparams = context_params(bindings, settings)

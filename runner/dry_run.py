@@ -404,6 +404,41 @@ def open_engine(channel: ChildChannel) -> EngineSession:
     return EngineSession(bindings, forwarder, ggml, facts, log_callback)
 
 
+def load_model(
+    engine: EngineSession,
+    channel: ChildChannel,
+    model_path: str,
+    load: ModelLoad,
+    keep_alive: list[object],
+    progress: object,
+) -> Any:
+    """In the child: load the model for ``load`` and send its :class:`ModelFacts`.
+
+    Returns llama.cpp's model handle (free it with ``llama_model_free``). A NULL model
+    raises :class:`~runner.worker.ChildFailure` (→ ``EngineLoadError``) with llama.cpp's
+    first error line. ``keep_alive`` keeps the ctypes buffers of the params alive.
+    """
+    bindings, forwarder = engine.bindings, engine.forwarder
+    channel.step(f"loading the model with {load.describe()}")
+    forwarder.errors.clear()
+    params = model_params(bindings, engine.ggml, load, keep_alive, progress)
+    model = bindings.llama_model_load_from_file(model_path.encode(), params)
+    forwarder.flush()
+    if not model:
+        why = f": {forwarder.errors[0]}" if forwarder.errors else ""
+        raise ChildFailure(f"llama.cpp could not load the model{why}", error=EngineLoadError)
+    channel.send(
+        ModelFacts(
+            size_bytes=bindings.llama_model_size(model),
+            n_params=bindings.llama_model_n_params(model),
+            n_layer=bindings.llama_model_n_layer(model),
+            n_ctx_train=bindings.llama_model_n_ctx_train(model),
+            desc=model_desc(bindings, model),
+        )
+    )
+    return model
+
+
 def dry_run_child(request: DryRunRequest, channel: ChildChannel) -> None:
     """Run ``request`` in this (child) process, reporting through ``channel``.
 
@@ -411,29 +446,12 @@ def dry_run_child(request: DryRunRequest, channel: ChildChannel) -> None:
     :class:`ContextFacts`; each model load and each context is a step.
     """
     engine = open_engine(channel)
-    bindings, forwarder, ggml = engine.bindings, engine.forwarder, engine.ggml
+    bindings, forwarder = engine.bindings, engine.forwarder
     progress = bindings.llama_progress_callback(lambda _progress, _user_data: True)
-    path = request.model_path.encode()
     for group in request.groups:
-        channel.step(f"loading the model with {group.load.describe()}")
-        forwarder.errors.clear()
         keep_alive: list[object] = []
-        params = model_params(bindings, ggml, group.load, keep_alive, progress)
-        model = bindings.llama_model_load_from_file(path, params)
-        forwarder.flush()
-        if not model:
-            why = f": {forwarder.errors[0]}" if forwarder.errors else ""
-            raise ChildFailure(f"llama.cpp could not load the model{why}", error=EngineLoadError)
+        model = load_model(engine, channel, request.model_path, group.load, keep_alive, progress)
         try:
-            channel.send(
-                ModelFacts(
-                    size_bytes=bindings.llama_model_size(model),
-                    n_params=bindings.llama_model_n_params(model),
-                    n_layer=bindings.llama_model_n_layer(model),
-                    n_ctx_train=bindings.llama_model_n_ctx_train(model),
-                    desc=model_desc(bindings, model),
-                )
-            )
             for job in group.jobs:
                 channel.step(f"creating the context for settings #{job.index}")
                 forwarder.errors.clear()

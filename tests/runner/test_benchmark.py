@@ -14,7 +14,6 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -49,25 +48,6 @@ TINY = BenchPlan("custom", n_prompt=32, n_gen=8, depth=64, n_chat_prompt=16, rep
 SETTINGS = Settings(n_ctx=512, flash_attn="auto", swa_full=False)
 LONG = BenchPlan("custom", n_prompt=32, n_gen=500, depth=0, n_chat_prompt=16, repetitions=1)
 """A decode test long enough (seconds) to be interrupted in the middle."""
-
-
-def leftover_children() -> list[psutil.Process]:
-    """Our child processes, except multiprocessing's long-lived resource tracker."""
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            cmdline = " ".join(child.cmdline())
-        except psutil.Error:
-            cmdline = ""
-        if "resource_tracker" not in cmdline:
-            found.append(child)
-    return found
-
-
-@pytest.fixture(autouse=True)
-def _no_leftover_children() -> Iterator[None]:
-    yield
-    assert leftover_children() == [], "a child process was left behind"
 
 
 _RUNS: dict[str, tuple[BenchResult, list[BenchProgress]]] = {}

@@ -25,10 +25,8 @@ import pickle
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from app.engine_report import MIB, EngineReport
@@ -54,6 +52,7 @@ from runner.dry_run import (
     dry_run_many,
 )
 from runner.worker import ChildChannel, EngineWorker, Event, ItemEvent, StepEvent
+from tests.runner.conftest import leftover_children
 from tests.zoo import write_model
 
 pytestmark = pytest.mark.engine
@@ -90,25 +89,6 @@ def row_bytes(cache_type: str, elems: int) -> int:
 def printed_mib(n_bytes: int) -> float:
     """The MiB value llama.cpp prints with ``%.2f`` (of a float)."""
     return float(f"{float(ctypes.c_float(n_bytes / MIB).value):.2f}")
-
-
-def leftover_children() -> list[psutil.Process]:
-    """Our child processes, except multiprocessing's long-lived resource tracker."""
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            cmdline = " ".join(child.cmdline())
-        except psutil.Error:
-            cmdline = ""
-        if "resource_tracker" not in cmdline:
-            found.append(child)
-    return found
-
-
-@pytest.fixture(autouse=True)
-def _no_leftover_children() -> Iterator[None]:
-    yield
-    assert leftover_children() == [], "a child process was left behind"
 
 
 # Child targets must be top-level functions of an importable module (spawn).
