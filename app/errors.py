@@ -31,6 +31,17 @@ The tree::
     ├── ExportError                settings could not be exported, written or read back
     │                              (a runner cannot express them, the target exists,
     │                              disk full, a Modelfile that Ollama would refuse)
+    ├── RemoteError                a remote file or the Hugging Face hub could not be read
+    │   │                          (has .url and .status, the HTTP status or None)
+    │   ├── RemoteUnavailableError offline, DNS failure, refused, timed out, connection cut
+    │   ├── RemoteAuthError        401/403: a gated or private repo (log in: HF_TOKEN or
+    │   │                          `huggingface-cli login`)
+    │   ├── RemoteNotFoundError    404: no such repo, revision or file
+    │   ├── RateLimitedError       429: too many requests (has .retry_after_s)
+    │   ├── RangeNotSupportedError the server ignores Range requests (would send it all)
+    │   └── DownloadError          a download could not finish: not enough free disk, a
+    │       │                      size or sha256 mismatch (nothing is left looking complete)
+    │       └── DownloadCancelledError  cancelled; the partial file is kept for resuming
     └── EngineError                llama.cpp, run in a child process, failed (has .cause,
         │                          .log_tail, .exit_code, .signal); the app stays up
         ├── EngineCrashedError     the child died inside llama.cpp (abort, segfault, OOM kill)
@@ -176,6 +187,67 @@ class ExportError(GGTuneError):
     or the folder is not writable (no partial file is left), and when a Modelfile is one
     that Ollama's parser would refuse.
     """
+
+
+class RemoteError(GGTuneError):
+    """A remote file (HTTP range reads) or the Hugging Face hub could not be read.
+
+    ``url`` is the address at fault, ``status`` the HTTP status code (``None`` when no
+    response came back). ``str(err)`` is one line that says what to do, e.g.
+    ``"https://huggingface.co/org/model/resolve/main/m.gguf: access denied (HTTP 401): ..."``.
+    """
+
+    def __init__(self, url: str, message: str, *, status: int | None = None) -> None:
+        self.url = url
+        self.status = status
+        self.message = message
+        super().__init__(f"{url}: {message}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.url, self.message), self.__dict__)
+
+
+class RemoteUnavailableError(RemoteError):
+    """No answer: offline, the name does not resolve, refused, timed out, or cut midway."""
+
+
+class RemoteAuthError(RemoteError):
+    """HTTP 401/403: the repo is gated or private, or the token lacks access."""
+
+
+class RemoteNotFoundError(RemoteError):
+    """HTTP 404: no such repo, revision or file."""
+
+
+class RateLimitedError(RemoteError):
+    """HTTP 429: too many requests; ``retry_after_s`` is the server's hint (or ``None``)."""
+
+    def __init__(
+        self,
+        url: str,
+        message: str,
+        *,
+        status: int | None = 429,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(url, message, status=status)
+        self.retry_after_s = retry_after_s
+
+
+class RangeNotSupportedError(RemoteError):
+    """The server answered a Range request with the whole file (HTTP 200, not 206)."""
+
+
+class DownloadError(RemoteError):
+    """A download could not finish: too little free disk, or a size/sha256 mismatch.
+
+    A file only ever gets its final name after its size and checksum matched, so nothing
+    half-written is left looking complete.
+    """
+
+
+class DownloadCancelledError(DownloadError):
+    """The download was cancelled; the partial file is kept so a later call resumes."""
 
 
 class ResultsDBError(GGTuneError):

@@ -264,7 +264,7 @@ def _resolve_flash_attn(settings: Settings) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class _Placement:
+class Placement:
     """Device index per repeating layer and for the output layer; -1 is the host."""
 
     layer_device: tuple[int, ...]
@@ -272,12 +272,18 @@ class _Placement:
     n_gpu_layers: int
 
 
-def _place_layers(spec: ModelSpec, settings: Settings, hardware: Hardware) -> _Placement:
+def place_layers(spec: ModelSpec, settings: Settings, hardware: Hardware) -> Placement:
+    """Assign each repeating layer and the output layer to a GPU or the host.
+
+    ``src/llama-model.cpp`` ``load_tensors``: the output layer counts as one layer and is
+    offloaded first; GPU layers are ``il >= n_layer + 1 - ngl``, split by ``tensor_split``
+    (or free memory) with ``upper_bound`` over the cumulative shares.
+    """
     n_layer_all = spec.n_layer_all
     n_gpus = len(hardware.gpus)
     ngl = settings.n_gpu_layers if settings.n_gpu_layers >= 0 else n_layer_all + 1
     if n_gpus == 0:
-        return _Placement((-1,) * n_layer_all, -1, 0)
+        return Placement((-1,) * n_layer_all, -1, 0)
     # the output layer counts as one layer and is offloaded first (PR #18148)
     i_gpu_start = max(n_layer_all + 1 - ngl, 0)
     act_gpu_layers = min(ngl, n_layer_all + 1)
@@ -302,7 +308,7 @@ def _place_layers(spec: ModelSpec, settings: Settings, hardware: Hardware) -> _P
         return min(bisect.bisect_right(splits, frac), n_gpus - 1)
 
     layers = tuple(device_of(il) for il in range(n_layer_all))
-    return _Placement(layers, device_of(n_layer_all), act_gpu_layers)
+    return Placement(layers, device_of(n_layer_all), act_gpu_layers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +359,8 @@ def _tensor_groups(spec: ModelSpec) -> tuple[_TensorGroup, ...]:
     return _memo(spec, "tensor_groups", _group_tensors)
 
 
-def _tensor_device(t: TensorSpec | _TensorGroup, placement: _Placement, n_cpu_moe: int) -> int:
+def tensor_device(t: TensorSpec | _TensorGroup, placement: Placement, n_cpu_moe: int) -> int:
+    """Return the device index (-1 = host) a weight tensor is loaded to."""
     if t.role == "token_embedding":
         return -1  # the input layer always stays on the CPU
     if t.layer is None:
@@ -808,7 +815,7 @@ def estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryE
     notes: list[str] = list(spec.notes)
     ctx = resolve_context(spec, settings)
     check_cache_types(spec, settings)
-    placement = _place_layers(spec, settings, hardware)
+    placement = place_layers(spec, settings, hardware)
     gpus = hardware.gpus
     n_dev = len(gpus)
     host_index = n_dev  # devices are the GPUs in order, then the host
@@ -820,7 +827,7 @@ def estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryE
     other = [0] * (n_dev + 1)
     repack = _repack_types(hardware.host)
     for g in _tensor_groups(spec):
-        dev = _tensor_device(g, placement, settings.n_cpu_moe)
+        dev = tensor_device(g, placement, settings.n_cpu_moe)
         if dev < 0 and g.repack_shape and g.ggml_type in repack:
             # CPU_REPACK holds an interleaved copy; with mmap the mapped file still covers
             # the original, without mmap the tensor lives in the repack buffer alone

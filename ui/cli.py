@@ -545,9 +545,9 @@ def _command_modules() -> list[ModuleType]:
     a handler takes the parsed arguments and returns the exit code. Add a module here to
     add a command (ui/cli_*.py), so no command needs to edit another's code.
     """
-    from ui import cli_bench, cli_catalog, cli_export, cli_hw
+    from ui import cli_bench, cli_catalog, cli_export, cli_hf, cli_hw, cli_plan, cli_quant
 
-    return [cli_hw, cli_export, cli_bench, cli_catalog]
+    return [cli_hw, cli_export, cli_bench, cli_catalog, cli_quant, cli_hf, cli_plan]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -579,6 +579,10 @@ def load_spec(path: str) -> ModelSpec:
         from app.catalog import catalog_header
 
         return model_spec(catalog_header(path))
+    if path.startswith(("http://", "https://")):  # read over HTTP with range requests
+        from app.hf import read_url_model
+
+        return model_spec(read_url_model(path))
     return model_spec(read_model(path))
 
 

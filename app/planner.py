@@ -1,0 +1,846 @@
+"""Pick settings for a goal: longest context, fastest, best quality, or N users at X tok/s.
+
+The planner searches what a user can change — quant level (the file they have and
+simulated ones, :mod:`app.quant`), context, GPU layers, K/V cache types, flash attention,
+parallel slots and unified KV, MoE experts on the CPU, tensor split over several GPUs —
+with :func:`app.estimate.estimate` for memory and :func:`app.speed.predict_speed` for
+speed, and says why in plain words (:func:`explain`), with the runner-up it beat.
+
+Memory is monotonic in context and in GPU layers (tests/app/test_planner.py checks it), so
+both are binary searches: a typical model plans in a few hundred milliseconds.
+
+A setting *fits* when every device keeps ``margin_bytes`` (llama-server's ``--fit``
+margin, 1 GiB) plus ``leave_free_bytes`` (what the user keeps for other apps) free; a
+device of unknown capacity is taken to fit. Where GPUs exist, candidates that keep every
+layer on them rank first for every goal: a layer in system RAM costs far more speed than
+any quant or cache type saves (the explanation shows how much).
+
+Not searched (yet): a speculative draft model, and a split over several machines with
+llama.cpp's RPC backend.
+
+Example::
+
+    options = quant_options(spec)                       # the file + simulated quants
+    rec = recommend(spec, hardware, Goal("longest-context"), options=options)
+    rec.best.settings, rec.best.n_ctx_per_user
+    print(rec.why)
+    max_users(spec, hardware, ctx_per_user=8192, min_tok_per_s=20).n_users
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal, get_args
+
+from app.errors import GGTuneError, SettingsError
+from app.estimate import MemoryEstimate, estimate
+from app.hardware import Hardware
+from app.settings import ALL_LAYERS, CacheType, Settings
+from app.spec import ModelSpec
+from app.speed import SpeedFactors, SpeedPrediction, predict_speed
+
+GIB: Final = 1024**3
+MIB: Final = 1024**2
+
+GoalName = Literal["longest-context", "fastest", "best-quality", "users"]
+GOALS: Final[tuple[GoalName, ...]] = get_args(GoalName)
+
+DEFAULT_MARGIN_BYTES: Final = 1024 * MIB
+"""llama-server's ``--fit`` margin per device (``-fitt 1024``; REFERENCE.md §2)."""
+
+DEFAULT_CTX: Final = 4096
+"""Context for goals that do not set one (llama-server's ``--fit`` minimum, ``-fitc``)."""
+
+CTX_STEP: Final = 256
+"""Contexts are searched in llama.cpp's cell padding (``llama-context.cpp``)."""
+
+COMPARE_QUANTS: Final = (
+    "F16",
+    "Q8_0",
+    "Q6_K",
+    "Q5_K_M",
+    "Q5_K_S",
+    "Q4_K_M",
+    "Q4_K_S",
+    "IQ4_XS",
+    "Q4_0",
+    "Q3_K_M",
+    "IQ3_M",
+    "Q3_K_S",
+    "Q2_K",
+)
+"""The quant levels ``ggtune compare`` and the planner consider, best to smallest."""
+
+KV_TYPES: Final[tuple[CacheType, ...]] = ("f16", "q8_0", "q4_0")
+
+KV_QUALITY_RANK: Final[dict[str, int]] = {"f16": 0, "q8_0": 1, "q4_0": 2}
+"""q8_0 K+V costs ~+0.005 PPL (llama.cpp PR #7412); q4_0 more, varying by model
+(REFERENCE.md §5): the order the planner prefers them in."""
+
+DEFAULT_MAX_KLD: Final = 0.0313
+"""Quality floor for weight quants the planner may pick unasked: Q4_K_M's KLD on
+Llama-3-8B (llama.cpp tools/perplexity/README.md; REFERENCE.md §5)."""
+
+
+class PlanError(GGTuneError):
+    """The planner was asked something it cannot answer (no quant, bad goal)."""
+
+
+# --- quant options ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QuantOption:
+    """One weight quant the user could run: the file they have, or a simulated one.
+
+    ``kld``/``delta_ppl`` are the quality cost against FP16 measured on ``quality_model``
+    (None when no measurement exists); ``on_disk`` is True for the user's own file.
+    """
+
+    name: str
+    spec: ModelSpec
+    file_bytes: int
+    on_disk: bool
+    kld: float | None = None
+    delta_ppl: float | None = None
+    quality_model: str | None = None
+    needs_imatrix: bool = False
+
+    @property
+    def bits_per_weight(self) -> float:
+        """Return the average bits per weight over all tensors."""
+        return self.spec.bits_per_weight
+
+    @property
+    def origin(self) -> str:
+        """Return "on disk", "catalog" or "simulated" (where the numbers come from)."""
+        if self.on_disk:
+            return "catalog" if self.spec.path.startswith("catalog:") else "on disk"
+        return "simulated"
+
+
+Simulate = Callable[[ModelSpec, str], tuple[ModelSpec, int, bool]]
+"""``simulate(spec, ftype) -> (spec at ftype, file bytes, needs an importance matrix)``."""
+
+Quality = Callable[[str], tuple[float, float, str] | None]
+"""``quality(ftype) -> (kld, delta_ppl, model measured on)`` or None when unmeasured."""
+
+
+def _real_simulate(spec: ModelSpec, ftype: str) -> tuple[ModelSpec, int, bool]:
+    from app.quant import simulate_quant
+
+    result = simulate_quant(spec, ftype)
+    return result.spec, result.file_bytes, result.needs_imatrix
+
+
+def _real_quality() -> Quality:
+    from app.quality import load_quality, weight_quality
+
+    table = load_quality()
+
+    def quality(ftype: str) -> tuple[float, float, str] | None:
+        m = weight_quality(table, ftype)
+        return None if m is None else (m.kld, m.delta_ppl, m.model)
+
+    return quality
+
+
+def own_quant_name(spec: ModelSpec) -> str:
+    """Return the llama.cpp file type name of ``spec`` (``general.file_type``), or "file"."""
+    from app.quant import FILE_TYPES
+
+    for ft in FILE_TYPES:
+        if ft.ftype == spec.file_type:
+            return ft.name
+    return "file"
+
+
+def quant_options(
+    spec: ModelSpec,
+    *,
+    names: Sequence[str] = COMPARE_QUANTS,
+    simulate: Simulate | None = _real_simulate,
+    quality: Quality | None = None,
+    file_bytes: int | None = None,
+) -> tuple[QuantOption, ...]:
+    """Return the user's own quant and each of ``names`` simulated, largest first.
+
+    ``simulate`` is :func:`app.quant.simulate_quant` by default (None: the file alone);
+    ``quality`` defaults to :func:`app.quality.weight_quality` on the shipped table. A
+    quant llama.cpp cannot make from this model is left out.
+    """
+    quality = quality if quality is not None else _real_quality()
+    own = own_quant_name(spec)
+
+    def option(name: str, s: ModelSpec, nbytes: int, on_disk: bool, imatrix: bool) -> QuantOption:
+        q = quality(name)
+        return QuantOption(
+            name=name,
+            spec=s,
+            file_bytes=nbytes,
+            on_disk=on_disk,
+            kld=q[0] if q else None,
+            delta_ppl=q[1] if q else None,
+            quality_model=q[2] if q else None,
+            needs_imatrix=imatrix,
+        )
+
+    out = [option(own, spec, file_bytes or spec.weights_bytes, True, False)]
+    if simulate is not None:
+        for name in names:
+            if name == own:
+                continue
+            try:
+                s, nbytes, imatrix = simulate(spec, name)
+            except GGTuneError:
+                continue
+            out.append(option(name, s, nbytes, False, imatrix))
+    out.sort(key=lambda o: -o.spec.weights_bytes)
+    return tuple(out)
+
+
+def quality_cost(option: QuantOption, options: Sequence[QuantOption] = ()) -> float:
+    """Return the KLD of ``option``; unmeasured: that of the nearest measured bits/weight."""
+    if option.kld is not None:
+        return option.kld
+    known = [o for o in options if o.kld is not None]
+    if not known:
+        return max(0.0, 16.0 - option.bits_per_weight)  # only the order matters then
+    near = min(known, key=lambda o: abs(o.bits_per_weight - option.bits_per_weight))
+    return near.kld if near.kld is not None else 0.0
+
+
+# --- goals and candidates -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Goal:
+    """What the user wants (see the module doc); sizes in tokens, bytes and tok/s.
+
+    ``ctx``: context per user (fastest/best-quality/users; default 4096); ``min_ctx``: a
+    floor for any goal; ``n_users``/``min_tok_per_s``: the users goal (each user at
+    ``ctx`` tokens of depth must get ``min_tok_per_s``); ``leave_free_bytes``: kept free
+    on every device above the margin; ``max_kld``: weight quants worse than this are not
+    picked unless they are the user's own file; ``kv_types``: cache types allowed.
+    """
+
+    name: GoalName
+    ctx: int | None = None
+    min_ctx: int = 0
+    n_users: int = 1
+    min_tok_per_s: float | None = None
+    leave_free_bytes: int = 0
+    margin_bytes: int = DEFAULT_MARGIN_BYTES
+    max_kld: float | None = DEFAULT_MAX_KLD
+    kv_types: tuple[CacheType, ...] = ("f16", "q8_0")
+
+    def __post_init__(self) -> None:
+        if self.name not in GOALS:
+            raise PlanError(f"unknown goal {self.name!r}; choose one of {', '.join(GOALS)}")
+        if self.n_users < 1:
+            raise PlanError(f"users must be ≥ 1, got {self.n_users}")
+        if self.leave_free_bytes < 0 or self.margin_bytes < 0:
+            raise PlanError("memory to leave free must be ≥ 0")
+        if not self.kv_types:
+            raise PlanError("at least one KV cache type is needed")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One complete plan: a quant, settings, their memory and speed.
+
+    ``n_ctx_per_user`` tokens for each of ``n_users``; ``gpu_layers`` of ``n_layers``
+    repeating layers sit on GPUs; ``spare_bytes`` per device is capacity minus total
+    (None: unknown); ``speed`` at ``speed.depth`` tokens of context.
+    """
+
+    quant: QuantOption
+    settings: Settings
+    estimate: MemoryEstimate
+    speed: SpeedPrediction
+    n_ctx_per_user: int
+    n_users: int
+    gpu_layers: int
+    n_layers: int
+    spare_bytes: tuple[tuple[str, int | None], ...]
+
+    @property
+    def all_on_gpu(self) -> bool:
+        """Return whether every layer, experts included, sits on a GPU."""
+        return self.gpu_layers >= self.n_layers and self.settings.n_cpu_moe == 0
+
+    @property
+    def kv_type(self) -> str:
+        """Return the cache types as "f16" or "q8_0/f16" (K/V)."""
+        k, v = self.settings.cache_type_k, self.settings.cache_type_v
+        return k if k == v else f"{k}/{v}"
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """The planner's answer: ``best`` (None: nothing fits), the ``runner_up`` it beat,
+    ``why`` in plain words, and ``feasible`` False when the goal's constraints were not
+    all met (then ``best`` is the closest plan and ``why`` says what is missing)."""
+
+    goal: Goal
+    best: Candidate | None
+    runner_up: Candidate | None
+    why: str
+    feasible: bool
+    n_evaluated: int
+    alternatives: tuple[Candidate, ...] = field(default=())
+
+
+class _Search:
+    """Memoised estimates and fits for one (hardware, goal) pair."""
+
+    def __init__(self, hardware: Hardware, goal: Goal, factors: SpeedFactors | None) -> None:
+        self.hardware = hardware
+        self.goal = goal
+        self.factors = factors or SpeedFactors()
+        self.reserve = goal.margin_bytes + goal.leave_free_bytes
+        self.count = 0
+
+    def estimate(self, spec: ModelSpec, settings: Settings) -> MemoryEstimate | None:
+        try:
+            self.count += 1
+            return estimate(spec, settings, self.hardware)
+        except SettingsError:
+            return None  # llama.cpp refuses the combination (cache type rules)
+
+    def fits(self, est: MemoryEstimate, *, gpus_only: bool = False) -> bool:
+        for d in est.devices:
+            if gpus_only and d.kind == "host":
+                continue
+            if d.capacity_bytes is not None and d.total_bytes > d.capacity_bytes - self.reserve:
+                return False
+        return True
+
+    def gpu_layers(self, est: MemoryEstimate) -> int:
+        return sum(d.n_layers for d in est.devices if d.kind == "gpu")
+
+    def place(self, spec: ModelSpec, settings: Settings) -> Settings | None:
+        """Return ``settings`` with the most GPU layers that fit (or MoE experts on the
+        CPU, whichever is faster), or None when nothing fits."""
+        full = settings.replace(n_gpu_layers=ALL_LAYERS, n_cpu_moe=0)
+        est = self.estimate(spec, full)
+        if est is None:
+            return None
+        if self.fits(est):
+            return full
+        if not self.hardware.gpus:
+            return None
+        # the most layers whose GPU share fits (GPU memory grows with n_gpu_layers)
+        lo, hi = 0, spec.n_layer_all  # ngl in [0, n_layer_all]; +1 (all) failed above
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            e = self.estimate(spec, settings.replace(n_gpu_layers=mid, n_cpu_moe=0))
+            if e is not None and self.fits(e, gpus_only=True):
+                lo = mid
+            else:
+                hi = mid - 1
+        options: list[Settings] = []
+        layered = settings.replace(n_gpu_layers=lo, n_cpu_moe=0)
+        e = self.estimate(spec, layered)
+        if e is not None and self.fits(e):
+            options.append(layered)
+        if spec.n_expert:
+            # --n-cpu-moe: the fewest layers whose experts go to the CPU (llama.cpp's own
+            # --fit tries this first for MoE models, common/fit.cpp)
+            lo2, hi2 = 1, spec.n_layer
+            found = None
+            while lo2 <= hi2:
+                mid = (lo2 + hi2) // 2
+                e = self.estimate(spec, full.replace(n_cpu_moe=mid))
+                if e is not None and self.fits(e, gpus_only=True):
+                    found, hi2 = mid, mid - 1
+                else:
+                    lo2 = mid + 1
+            if found is not None:
+                moe = full.replace(n_cpu_moe=found)
+                e = self.estimate(spec, moe)
+                if e is not None and self.fits(e):
+                    options.append(moe)
+        if not options:
+            return None
+        return max(options, key=lambda s: self.speed(spec, s, 0, 1).decode_tok_per_s)
+
+    def speed(self, spec: ModelSpec, settings: Settings, depth: int, users: int) -> SpeedPrediction:
+        return predict_speed(
+            spec, settings, self.hardware, depth=depth, n_users=users, factors=self.factors
+        )
+
+    def candidate(
+        self, option: QuantOption, settings: Settings, ctx: int, users: int, depth: int
+    ) -> Candidate | None:
+        est = self.estimate(option.spec, settings)
+        if est is None:
+            return None
+        spare = tuple(
+            (d.name, None if d.capacity_bytes is None else d.capacity_bytes - d.total_bytes)
+            for d in est.devices
+        )
+        return Candidate(
+            quant=option,
+            settings=settings,
+            estimate=est,
+            speed=self.speed(option.spec, settings, depth, users),
+            n_ctx_per_user=ctx,
+            n_users=users,
+            gpu_layers=self.gpu_layers(est),
+            n_layers=option.spec.n_layer_all,
+            spare_bytes=spare,
+        )
+
+
+def fit_layers(
+    spec: ModelSpec,
+    settings: Settings,
+    hardware: Hardware,
+    *,
+    margin_bytes: int = DEFAULT_MARGIN_BYTES,
+    leave_free_bytes: int = 0,
+) -> Settings | None:
+    """Return ``settings`` with every layer on the GPUs if that fits, else the most layers
+    (or MoE experts on the CPU) that fit; None when nothing fits."""
+    goal = Goal("fastest", margin_bytes=margin_bytes, leave_free_bytes=leave_free_bytes)
+    return _Search(hardware, goal, None).place(spec, settings)
+
+
+def _variants(spec: ModelSpec, hardware: Hardware, goal: Goal, users: int) -> list[Settings]:
+    """Return the settings to try besides context and placement: cache types with the
+    flash-attention modes llama.cpp accepts, unified KV for several users, tensor splits."""
+    out: list[Settings] = []
+    splits: list[tuple[float, ...]] = [()]
+    if len(hardware.gpus) > 1 and all(g.bandwidth_gb_per_s for g in hardware.gpus):
+        by_bw = tuple(float(g.bandwidth_gb_per_s or 0) for g in hardware.gpus)
+        if len(set(by_bw)) > 1:
+            splits.append(by_bw)  # faster cards carry more layers
+    for kv in goal.kv_types:
+        fa_modes: tuple[Literal["on", "off"], ...] = ("on", "off") if kv == "f16" else ("on",)
+        for fa in fa_modes:
+            for unified in (False, True) if users > 1 else (False,):
+                for split in splits:
+                    out.append(
+                        Settings(
+                            n_ctx=DEFAULT_CTX,
+                            cache_type_k=kv,
+                            cache_type_v=kv,
+                            flash_attn=fa,
+                            n_parallel=users,
+                            kv_unified=unified,
+                            swa_full=False,
+                            tensor_split=split,
+                        )
+                    )
+    return out
+
+
+def _with_ctx(settings: Settings, ctx: int, users: int) -> Settings:
+    return settings.replace(n_ctx=ctx * users, n_parallel=users)
+
+
+def _allowed(options: Sequence[QuantOption], goal: Goal) -> list[QuantOption]:
+    if goal.max_kld is None:
+        return list(options)
+    out = []
+    for o in options:
+        if o.on_disk or quality_cost(o, options) <= goal.max_kld + 1e-9:
+            out.append(o)
+    return out
+
+
+def _train_ctx(spec: ModelSpec) -> int:
+    return spec.n_ctx_train if spec.n_ctx_train > 0 else 131072
+
+
+def _speed_depth(ctx: int) -> int:
+    """Depth the speed is quoted at: half the context, at most 4096 tokens."""
+    return min(ctx // 2, 4096)
+
+
+def recommend(
+    spec: ModelSpec,
+    hardware: Hardware,
+    goal: Goal,
+    *,
+    options: Sequence[QuantOption] | None = None,
+    factors: SpeedFactors | None = None,
+) -> Recommendation:
+    """Return the best plan for ``goal`` with the reason and the runner-up (pure).
+
+    ``options`` are the quants to consider (default: the model's own, no simulation).
+    """
+    opts = list(options) if options is not None else list(quant_options(spec, simulate=None))
+    if not opts:
+        raise PlanError("no quant to plan for")
+    allowed = _allowed(opts, goal)
+    search = _Search(hardware, goal, factors)
+    users = goal.n_users if goal.name == "users" else 1
+    train = _train_ctx(spec)
+    want_ctx = max(goal.ctx or DEFAULT_CTX, goal.min_ctx)
+    want_ctx = min(want_ctx, train) if goal.name != "users" else want_ctx
+    cands: list[Candidate] = []
+    for option in allowed:
+        for base in _variants(option.spec, hardware, goal, users):
+            if goal.name == "longest-context":
+                c = _longest(search, option, base, goal, train)
+            else:
+                s = search.place(option.spec, _with_ctx(base, want_ctx, users))
+                depth = want_ctx if goal.name == "users" else _speed_depth(want_ctx)
+                c = None if s is None else search.candidate(option, s, want_ctx, users, depth)
+            if c is not None:
+                cands.append(c)
+    return _choose(goal, cands, opts, hardware, search.count)
+
+
+def _longest(
+    search: _Search, option: QuantOption, base: Settings, goal: Goal, train: int
+) -> Candidate | None:
+    """Binary search the longest context (in 256-token steps) for one variant.
+
+    With GPUs, every layer must stay on them; when even ``min_ctx`` does not allow that,
+    layers may spill and the context is searched with the best placement instead.
+    """
+    spec = option.spec
+    lo_ctx = max(goal.min_ctx, CTX_STEP)
+    steps_hi = max(1, train // CTX_STEP)
+    steps_lo = max(1, -(-lo_ctx // CTX_STEP))
+    if steps_lo > steps_hi:
+        return None
+
+    def full_fits(ctx: int) -> bool:
+        e = search.estimate(spec, _with_ctx(base, ctx, 1).replace(n_gpu_layers=ALL_LAYERS))
+        return e is not None and search.fits(e)
+
+    def placed(ctx: int) -> Settings | None:
+        return search.place(spec, _with_ctx(base, ctx, 1))
+
+    test: Callable[[int], bool] = full_fits
+    if not full_fits(steps_lo * CTX_STEP):
+        if not search.hardware.gpus or placed(steps_lo * CTX_STEP) is None:
+            return None
+
+        def spill_fits(ctx: int) -> bool:
+            return placed(ctx) is not None
+
+        test = spill_fits
+    lo, hi = steps_lo, steps_hi
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if test(mid * CTX_STEP):
+            lo = mid
+        else:
+            hi = mid - 1
+    ctx = lo * CTX_STEP
+    settings = placed(ctx)
+    if settings is None:
+        return None
+    return search.candidate(option, settings, ctx, 1, _speed_depth(ctx))
+
+
+# --- ranking -----------------------------------------------------------------------------
+
+
+def _rank_key(
+    goal: Goal, c: Candidate, opts: Sequence[QuantOption], has_gpu: bool
+) -> tuple[float, ...]:
+    q = quality_cost(c.quant, opts)
+    kv = KV_QUALITY_RANK.get(c.settings.cache_type_k, 3)
+    tps = c.speed.per_user_tok_per_s
+    full = 1.0 if (c.all_on_gpu or not has_gpu) else 0.0
+    spare = min((s for _, s in c.spare_bytes if s is not None), default=0)
+    if goal.name == "longest-context":
+        # same context: more layers on the GPU (a smaller cache type buys them) first
+        return (full, c.n_ctx_per_user, -q, c.gpu_layers, -kv, tps, spare)
+    if goal.name == "fastest":
+        return (full, round(tps, 1), -q, -kv, spare)
+    meets = goal.min_tok_per_s is None or tps >= goal.min_tok_per_s
+    if not meets:  # nothing meets the speed: the closest plan first
+        return (0.0, tps, full, -q, -kv, spare)
+    return (1.0, full, -q, -kv, tps, spare)  # users, best-quality
+
+
+def _choose(
+    goal: Goal,
+    cands: list[Candidate],
+    opts: Sequence[QuantOption],
+    hardware: Hardware,
+    count: int,
+) -> Recommendation:
+    has_gpu = bool(hardware.gpus)
+    if not cands:
+        why = _nothing_fits(goal, opts, hardware)
+        return Recommendation(goal, None, None, why, False, count)
+    ranked = sorted(cands, key=lambda c: _rank_key(goal, c, opts, has_gpu), reverse=True)
+    best = ranked[0]
+    runner = next((c for c in ranked[1:] if c.quant.name != best.quant.name), None)
+    if runner is None:
+        runner = next((c for c in ranked[1:] if c.kv_type != best.kv_type), None)
+    feasible = True
+    if goal.min_tok_per_s is not None and best.speed.per_user_tok_per_s < goal.min_tok_per_s:
+        feasible = False
+    why = explain(goal, best, runner, hardware, feasible=feasible, options=opts)
+    return Recommendation(goal, best, runner, why, feasible, count, tuple(ranked[:8]))
+
+
+def _nothing_fits(goal: Goal, opts: Sequence[QuantOption], hardware: Hardware) -> str:
+    smallest = min(opts, key=lambda o: o.spec.weights_bytes)
+    cap = sum(d.capacity_bytes or 0 for d in hardware.devices)
+    return (
+        f"Nothing fits: even {smallest.name} ({fmt_gib(smallest.spec.weights_bytes)} of weights) "
+        f"with {max(goal.ctx or 0, goal.min_ctx, CTX_STEP):,} tokens of context does not fit "
+        f"in {fmt_gib(cap)} with {fmt_gib(goal.margin_bytes + goal.leave_free_bytes)} kept "
+        "free per device."
+    )
+
+
+# --- words ---------------------------------------------------------------------------------
+
+
+def fmt_gib(n: int | float) -> str:
+    """Return bytes as GiB with one decimal ("1.4 GiB"), MiB below 1 GiB."""
+    if abs(n) < GIB:
+        return f"{n / MIB:.0f} MiB"
+    return f"{n / GIB:.1f} GiB"
+
+
+def fmt_ctx(n: int) -> str:
+    """Return a context size the way people say it: "32k tokens", "83,712 tokens"."""
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n // 1024}k tokens"
+    return f"{n:,} tokens"
+
+
+def fmt_tps(x: float) -> str:
+    """Return tok/s with two significant digits below 100."""
+    if x >= 100:
+        return f"{x:.0f}"
+    if x >= 10:
+        return f"{x:.0f}"
+    return f"{x:.1f}"
+
+
+def _gpu_words(hardware: Hardware) -> str:
+    gpus = hardware.gpus
+    if not gpus:
+        return "system RAM"
+    names = {g.description or g.name for g in gpus}
+    if len(gpus) == 1:
+        g = gpus[0]
+        size = f" ({fmt_gib(g.capacity_bytes)})" if g.capacity_bytes and not g.description else ""
+        return f"your {g.description or g.name}{size}"
+    if len(names) == 1:
+        return f"your {len(gpus)}× {next(iter(names))}"
+    return f"your {len(gpus)} GPUs"
+
+
+def _placement_words(c: Candidate, hardware: Hardware) -> str:
+    ctx = fmt_ctx(c.n_ctx_per_user)
+    users = f" for each of {c.n_users} users" if c.n_users > 1 else ""
+    if not hardware.gpus:
+        host = c.estimate.devices[-1]
+        cap = f" of {fmt_gib(host.capacity_bytes)}" if host.capacity_bytes else ""
+        used = fmt_gib(host.total_bytes)
+        return f"runs from system RAM with {ctx} of context{users}, using {used}{cap}"
+    gpu_spare = [
+        s for (_, s), d in zip(c.spare_bytes, c.estimate.devices, strict=True) if d.kind == "gpu"
+    ]
+    spare = min((s for s in gpu_spare if s is not None), default=None)
+    spare_words = f" with {fmt_gib(spare)} spare" if spare is not None else ""
+    if c.settings.n_cpu_moe and c.all_on_gpu:
+        return (
+            f"keeps all {c.n_layers} layers on {_gpu_words(hardware)} with the experts of "
+            f"{c.settings.n_cpu_moe} layers in system RAM, {ctx} of context{users}{spare_words}"
+        )
+    if c.all_on_gpu:
+        where = _gpu_words(hardware)
+        return f"keeps all {c.n_layers} layers and {ctx} of context{users} on {where}{spare_words}"
+    off = c.n_layers - c.gpu_layers
+    return (
+        f"puts {c.gpu_layers} of {c.n_layers} layers on {_gpu_words(hardware)} and {off} in "
+        f"system RAM, with {ctx} of context{users}"
+    )
+
+
+def _kv_words(c: Candidate) -> str:
+    fa = "on" if c.settings.flash_attn != "off" else "off"
+    return f"{c.kv_type} KV cache, flash attention {fa}"
+
+
+def _a(word: str) -> str:
+    return f"an {word}" if word[:1].lower() in "aefhilmnorsx" and word[:1] != "q" else f"a {word}"
+
+
+def _speed_words(c: Candidate) -> str:
+    s = c.speed
+    if c.n_users > 1:
+        return (
+            f"~{fmt_tps(s.per_user_tok_per_s)} tok/s per user "
+            f"({fmt_tps(s.aggregate_tok_per_s)} in all) at {fmt_ctx(s.depth)} each"
+        )
+    return f"~{fmt_tps(s.decode_tok_per_s)} tok/s"
+
+
+def _versus(goal: Goal, best: Candidate, ru: Candidate, opts: Sequence[QuantOption]) -> str:
+    """Say what the runner-up would do instead, in the goal's terms."""
+    label = ru.quant.name if ru.quant.name != best.quant.name else f"{_a(ru.kv_type)} KV cache"
+    if best.all_on_gpu and not ru.all_on_gpu and ru.n_layers:
+        off = ru.n_layers - ru.gpu_layers
+        return f"{label} would push {off} layers to system RAM and drop to {_speed_words(ru)}"
+    if goal.name == "longest-context" and ru.n_ctx_per_user != best.n_ctx_per_user:
+        return f"{label} would reach only {fmt_ctx(ru.n_ctx_per_user)} ({_speed_words(ru)})"
+    if goal.name in ("fastest",) and ru.speed.decode_tok_per_s < best.speed.decode_tok_per_s:
+        return f"{label} would run at {_speed_words(ru)}"
+    qb, qr = quality_cost(best.quant, opts), quality_cost(ru.quant, opts)
+    if ru.quant.name != best.quant.name and qr > qb:
+        return (
+            f"{label} fits too ({_speed_words(ru)}) but loses more quality "
+            f"(KLD {qr:.4f} vs {qb:.4f})"
+        )
+    if ru.quant.name != best.quant.name and qr < qb:
+        return f"{label} is closer to the original (KLD {qr:.4f}) but " + (
+            "does not meet the speed" if goal.min_tok_per_s else f"runs at {_speed_words(ru)}"
+        )
+    return f"{label} would give {fmt_ctx(ru.n_ctx_per_user)} at {_speed_words(ru)}"
+
+
+def explain(
+    goal: Goal,
+    best: Candidate,
+    runner_up: Candidate | None,
+    hardware: Hardware,
+    *,
+    feasible: bool = True,
+    options: Sequence[QuantOption] = (),
+) -> str:
+    """Return why ``best`` was picked, in plain words with its numbers and the runner-up.
+
+    Pure: the same candidates give the same sentence (the CLI and the desktop share it).
+    """
+    lead = {
+        "longest-context": "Longest context",
+        "fastest": "Fastest",
+        "best-quality": "Best quality that fits",
+        "users": f"{goal.n_users} users",
+    }[goal.name]
+    origin = "" if best.quant.on_disk else " (simulated: download or quantize that file)"
+    text = (
+        f"{lead}: {best.quant.name}{origin} {_placement_words(best, hardware)}, "
+        f"{_speed_words(best)}, with {_a(_kv_words(best))}."
+    )
+    if best.quant.kld is not None:
+        text += (
+            f" Quality: KLD {best.quant.kld:.4f} vs FP16 (+{best.quant.delta_ppl or 0:.3f} PPL, "
+            f"measured on {best.quant.quality_model})."
+        )
+    if goal.name == "users" and goal.min_tok_per_s is not None:
+        ok = "meets" if feasible else "does NOT meet"
+        text += f" It {ok} the {fmt_tps(goal.min_tok_per_s)} tok/s per user you asked for."
+    elif goal.min_tok_per_s is not None and not feasible:
+        text += f" Nothing reaches {fmt_tps(goal.min_tok_per_s)} tok/s; this is the closest."
+    if runner_up is not None:
+        text += f" Runner-up: {_versus(goal, best, runner_up, options)}."
+    return text
+
+
+# --- capacity --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """How many users fit: ``n_users`` each with ``ctx_per_user`` tokens at
+    ``min_tok_per_s`` or more each, with the plan that serves them (``None``: not even one);
+    ``limit`` says what stops one more user ("memory" or "speed")."""
+
+    n_users: int
+    ctx_per_user: int
+    min_tok_per_s: float
+    plan: Candidate | None
+    limit: str
+    why: str
+
+
+def max_users(
+    spec: ModelSpec,
+    hardware: Hardware,
+    *,
+    ctx_per_user: int,
+    min_tok_per_s: float,
+    goal: Goal | None = None,
+    options: Sequence[QuantOption] | None = None,
+    factors: SpeedFactors | None = None,
+    max_n: int = 1024,
+) -> Capacity:
+    """Return the most users that fit with ``ctx_per_user`` tokens each at the speed.
+
+    Each variant (quant, cache type, flash attention, unified KV) is feasible for fewer
+    users if it is for more (memory and per-user time both grow with n), so the count is
+    a doubling then binary search per variant; the best variant wins.
+    """
+    base_goal = goal or Goal("users")
+    opts = list(options) if options is not None else list(quant_options(spec, simulate=None))
+    allowed = _allowed(opts, base_goal)
+    search = _Search(hardware, base_goal, factors)
+    best: tuple[int, Candidate | None, str] = (0, None, "memory")
+
+    def feasible(option: QuantOption, base: Settings, n: int) -> tuple[Candidate | None, str]:
+        s = search.place(option.spec, _with_ctx(base.replace(n_parallel=n), ctx_per_user, n))
+        if s is None:
+            return None, "memory"
+        c = search.candidate(option, s, ctx_per_user, n, ctx_per_user)
+        if c is None:
+            return None, "memory"
+        if c.speed.per_user_tok_per_s < min_tok_per_s:
+            return None, "speed"
+        return c, ""
+
+    for option in allowed:
+        for base in _variants(option.spec, hardware, base_goal, 2):
+            c1, why1 = feasible(option, base, 1)
+            if c1 is None:
+                if best[0] == 0 and best[1] is None:
+                    best = (0, None, why1)
+                continue
+            lo, lo_c, hi = 1, c1, 2
+            limit = "memory"
+            while hi <= max_n:
+                c, why = feasible(option, base, hi)
+                if c is None:
+                    limit = why
+                    break
+                lo, lo_c, hi = hi, c, hi * 2
+            else:
+                hi = max_n + 1
+            top = hi - 1
+            while lo < top:
+                mid = (lo + top + 1) // 2
+                c, why = feasible(option, base, mid)
+                if c is None:
+                    top, limit = mid - 1, why
+                else:
+                    lo, lo_c = mid, c
+            if lo > best[0] or (
+                lo == best[0]
+                and best[1] is not None
+                and lo_c.speed.per_user_tok_per_s > best[1].speed.per_user_tok_per_s
+            ):
+                best = (lo, lo_c, limit)
+    n, plan, limit = best
+    if plan is None:
+        why = (
+            f"Not even one user fits with {fmt_ctx(ctx_per_user)} at "
+            f"{fmt_tps(min_tok_per_s)} tok/s: limited by {limit}."
+        )
+    else:
+        stop = "memory for their KV cache" if limit == "memory" else "the per-user speed"
+        why = (
+            f"{n} user{'s' if n != 1 else ''} fit{'s' if n == 1 else ''} with "
+            f"{fmt_ctx(ctx_per_user)} each at ≥ "
+            f"{fmt_tps(min_tok_per_s)} tok/s: {plan.quant.name}, {_kv_words(plan)}"
+            f"{', one shared (unified) cache' if plan.settings.kv_unified else ''}, "
+            f"{_placement_words(plan, hardware)}, {_speed_words(plan)}. "
+            f"One more user is stopped by {stop}."
+        )
+    return Capacity(n, ctx_per_user, min_tok_per_s, plan, limit, why)

@@ -1,0 +1,214 @@
+"""Planner: recommendations on hardware profiles, each expected answer derived from the
+estimator and written down with its reasoning; monotonicity the binary searches rely on."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.catalog import catalog_header
+from app.estimate import estimate
+from app.hardware import Device, Hardware
+from app.hardware_profiles import compose
+from app.planner import (
+    DEFAULT_MARGIN_BYTES,
+    Goal,
+    PlanError,
+    QuantOption,
+    fit_layers,
+    max_users,
+    quant_options,
+    recommend,
+)
+from app.settings import Settings
+from app.spec import ModelSpec, model_spec
+
+GIB = 1024**3
+HOST = Device("CPU", "host", 64 * GIB, None, 50.0)
+
+
+@pytest.fixture(scope="module")
+def llama8b() -> ModelSpec:
+    return model_spec(catalog_header("llama-3.1-8b"))
+
+
+@pytest.fixture(scope="module")
+def llama8b_quants(llama8b: ModelSpec) -> tuple[QuantOption, ...]:
+    return quant_options(llama8b)
+
+
+@pytest.fixture(scope="module")
+def rtx3060() -> Hardware:
+    return compose("rtx-3060-12g", default_host=HOST)
+
+
+def _gpu_total(spec: ModelSpec, settings: Settings, hw: Hardware) -> int:
+    return estimate(spec, settings, hw).devices[0].total_bytes
+
+
+def test_f16_8b_on_a_3060_spills_and_longest_context_picks_q8_kv(
+    llama8b: ModelSpec, rtx3060: Hardware
+) -> None:
+    # The 3060 profile gives 11.0 GiB usable; Llama-3.1-8B at F16 is 14.96 GiB of weights,
+    # so no context keeps every layer on the GPU. With 64 GiB of RAM the training context
+    # (131072) fits with layers spilled, for f16 and q8_0 KV alike; q8_0 KV is half the
+    # size, so it leaves room for more layers on the GPU (13 vs 9) and wins.
+    assert llama8b.weights_bytes > rtx3060.gpus[0].capacity_bytes  # type: ignore[operator]
+    rec = recommend(llama8b, rtx3060, Goal("longest-context"))
+    best, runner = rec.best, rec.runner_up
+    assert best is not None
+    assert runner is not None
+    assert best.quant.name == "F16"
+    assert not best.all_on_gpu
+    assert best.n_ctx_per_user == 131072 == runner.n_ctx_per_user
+    assert best.kv_type == "q8_0"
+    assert runner.kv_type == "f16"
+    assert best.gpu_layers > runner.gpu_layers
+    assert best.speed.decode_tok_per_s > runner.speed.decode_tok_per_s
+    assert "13 of 32 layers" in rec.why
+    assert "128k tokens" in rec.why
+    assert "Runner-up: an f16 KV cache" in rec.why
+
+
+def test_best_quality_on_a_3060_is_q8_0_because_f16_does_not_fit(
+    llama8b_quants: tuple[QuantOption, ...], rtx3060: Hardware
+) -> None:
+    # At 4096 tokens F16 needs 14.7 GiB on the GPU (> 11.0 - 1 GiB margin); Q8_0 needs
+    # 8.2 GiB and fits with every layer: the best quality that keeps all layers on the GPU.
+    # The runner-up is Q6_K (the next-best quality that fits).
+    by_name = {o.name: o for o in llama8b_quants}
+    s = Settings(n_ctx=4096, n_gpu_layers=-1, flash_attn="on")
+    room = rtx3060.gpus[0].capacity_bytes - DEFAULT_MARGIN_BYTES  # type: ignore[operator]
+    assert _gpu_total(by_name["F16"].spec, s, rtx3060) > room
+    assert _gpu_total(by_name["Q8_0"].spec, s, rtx3060) < room
+    rec = recommend(by_name["F16"].spec, rtx3060, Goal("best-quality"), options=llama8b_quants)
+    assert rec.best is not None
+    assert rec.runner_up is not None
+    assert rec.best.quant.name == "Q8_0"
+    assert rec.best.all_on_gpu
+    assert rec.best.kv_type == "f16"  # nothing forces a lossy cache at 4k
+    assert rec.runner_up.quant.name == "Q6_K"
+
+
+def test_fastest_picks_the_smallest_quant_within_the_quality_floor(
+    llama8b_quants: tuple[QuantOption, ...], rtx3060: Hardware
+) -> None:
+    # Decode is bandwidth-bound, so the fewest bytes win; the default floor is Q4_K_M's
+    # KLD (0.0313), so Q4_K_S/IQ4_XS/Q3… are not picked unasked. With --any-quant
+    # (max_kld None) the smallest quant of all, Q2_K, is fastest.
+    rec = recommend(llama8b_quants[0].spec, rtx3060, Goal("fastest"), options=llama8b_quants)
+    assert rec.best is not None
+    assert rec.best.quant.name == "Q4_K_M"
+    anything = recommend(
+        llama8b_quants[0].spec, rtx3060, Goal("fastest", max_kld=None), options=llama8b_quants
+    )
+    assert anything.best is not None
+    assert anything.best.quant.name == "Q2_K"
+
+
+def test_leave_free_and_min_ctx_are_respected(
+    llama8b_quants: tuple[QuantOption, ...], rtx3060: Hardware
+) -> None:
+    goal = Goal("longest-context", leave_free_bytes=4 * GIB, min_ctx=8192)
+    rec = recommend(llama8b_quants[0].spec, rtx3060, goal, options=llama8b_quants)
+    assert rec.best is not None
+    for d in rec.best.estimate.devices:
+        assert d.capacity_bytes is not None
+        assert d.total_bytes <= d.capacity_bytes - 4 * GIB - DEFAULT_MARGIN_BYTES
+    plain = recommend(
+        llama8b_quants[0].spec, rtx3060, Goal("longest-context"), options=llama8b_quants
+    )
+    assert plain.best is not None
+    assert rec.best.n_ctx_per_user < plain.best.n_ctx_per_user
+    assert rec.best.n_ctx_per_user >= 8192
+
+
+def test_users_goal_meets_the_speed_or_says_it_does_not(
+    llama8b_quants: tuple[QuantOption, ...], rtx3060: Hardware
+) -> None:
+    spec = llama8b_quants[0].spec
+    goal = Goal("users", n_users=4, ctx=8192, min_tok_per_s=20)
+    rec = recommend(spec, rtx3060, goal, options=llama8b_quants)
+    assert rec.feasible
+    assert rec.best is not None
+    assert rec.best.settings.n_parallel == 4
+    assert rec.best.speed.per_user_tok_per_s >= 20
+    assert "meets the 20 tok/s" in rec.why
+    hopeless = recommend(
+        spec, rtx3060, Goal("users", n_users=4, ctx=8192, min_tok_per_s=500), options=llama8b_quants
+    )
+    assert not hopeless.feasible
+    assert "does NOT meet" in hopeless.why
+
+
+def test_how_many_users_fit_shrinks_with_context_and_speed(
+    llama8b_quants: tuple[QuantOption, ...], rtx3060: Hardware
+) -> None:
+    spec = llama8b_quants[0].spec
+    short = max_users(spec, rtx3060, ctx_per_user=4096, min_tok_per_s=20, options=llama8b_quants)
+    long = max_users(spec, rtx3060, ctx_per_user=16384, min_tok_per_s=20, options=llama8b_quants)
+    fast = max_users(spec, rtx3060, ctx_per_user=4096, min_tok_per_s=40, options=llama8b_quants)
+    assert short.n_users >= long.n_users >= 1
+    assert short.n_users >= fast.n_users
+    assert short.plan is not None
+    assert short.plan.speed.per_user_tok_per_s >= 20
+    assert f"{short.n_users} users fit" in short.why
+
+
+def test_moe_on_a_small_gpu_moves_experts_to_the_cpu(rtx3060: Hardware) -> None:
+    # Qwen3-30B-A3B at Q4_K_M (~17 GiB) cannot sit on an 11 GiB card; --n-cpu-moe keeps
+    # attention and the dense parts on the GPU and is faster than offloading whole layers
+    spec = quant_options(model_spec(catalog_header("qwen3-30b-a3b")), names=("Q4_K_M",))
+    q4 = next(o for o in spec if o.name == "Q4_K_M")
+    s = fit_layers(q4.spec, Settings(n_ctx=4096, flash_attn="on"), rtx3060)
+    assert s is not None
+    assert s.n_cpu_moe > 0
+    assert s.n_gpu_layers == -1
+
+
+def test_cpu_only_machine_plans_in_system_ram() -> None:
+    spec = model_spec(catalog_header("llama-3.2-3b"))
+    hw = Hardware.cpu_only(16 * GIB)
+    rec = recommend(spec, hw, Goal("longest-context"))
+    assert rec.best is not None
+    assert "runs from system RAM" in rec.why
+    assert rec.best.estimate.devices[-1].total_bytes <= 15 * GIB
+    tiny = recommend(spec, Hardware.cpu_only(2 * GIB), Goal("fastest"))
+    assert tiny.best is None
+    assert tiny.why.startswith("Nothing fits")
+
+
+@pytest.mark.parametrize("ngl", [0, 10, 20, 33])
+def test_more_context_never_uses_less_memory(
+    llama8b_quants: tuple[QuantOption, ...], rtx3060: Hardware, ngl: int
+) -> None:
+    spec = llama8b_quants[-1].spec
+    totals = [
+        estimate(spec, Settings(n_ctx=c, n_gpu_layers=ngl), rtx3060).total_bytes
+        for c in range(512, 131072, 4096)
+    ]
+    assert totals == sorted(totals)
+
+
+def test_more_gpu_layers_never_use_less_gpu_memory(llama8b: ModelSpec, rtx3060: Hardware) -> None:
+    gpu = [
+        estimate(llama8b, Settings(n_ctx=8192, n_gpu_layers=n), rtx3060).devices[0].total_bytes
+        for n in range(34)
+    ]
+    assert gpu == sorted(gpu)
+
+
+def test_a_typical_plan_takes_a_few_hundred_ms(
+    llama8b_quants: tuple[QuantOption, ...], rtx3060: Hardware
+) -> None:
+    start = time.perf_counter()
+    recommend(llama8b_quants[0].spec, rtx3060, Goal("longest-context"), options=llama8b_quants)
+    assert time.perf_counter() - start < 1.5  # ~0.15 s here; slack for a shared machine
+
+
+def test_bad_goals_are_refused() -> None:
+    with pytest.raises(PlanError):
+        Goal("cheapest")  # type: ignore[arg-type]
+    with pytest.raises(PlanError):
+        Goal("users", n_users=0)

@@ -1,0 +1,395 @@
+"""``ggtune compare``, ``ggtune recommend`` and ``ggtune plan``: quants side by side, settings
+for a goal with the reason, and how many users fit.
+
+* ``ggtune compare MODEL [--ctx N] [--profile …] [--json]``: one row per quant level (the
+  file and simulated ones): file size, bits per weight, memory per device at the context,
+  whether it fits, predicted tok/s, quality loss, on disk or simulated.
+* ``ggtune recommend MODEL --goal longest-context|fastest|best-quality|users [--users N
+  --ctx C --min-tps X] [--leave-free GiB] [--min-ctx N] [--json]``: the plan and why.
+* ``ggtune plan MODEL --users N --ctx C --min-tps X``: how many users fit (N is the count
+  the user hopes for; the answer says whether it fits and the most that do).
+
+MODEL is a path or ``catalog:NAME``. On this machine (no ``--profile``/``--gpu-mem``) the
+speed model is calibrated with the user's own ``ggtune bench`` runs (app/results_db.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from typing import Any
+
+from app.errors import GGTuneError
+from app.hardware import Hardware
+from app.planner import (
+    COMPARE_QUANTS,
+    GIB,
+    GOALS,
+    KV_TYPES,
+    Candidate,
+    Goal,
+    QuantOption,
+    fit_layers,
+    max_users,
+    quality_cost,
+    quant_options,
+    recommend,
+)
+from app.settings import ALL_LAYERS, Settings, runner_defaults
+from app.spec import ModelSpec
+from app.speed import (
+    SpeedFactors,
+    SpeedMeasurement,
+    calibrate,
+    measurements_from_record,
+    predict_speed,
+)
+from ui.cli import _print_table, format_bytes, hardware_from_args, load_spec
+
+
+def _hardware_flags(p: argparse.ArgumentParser) -> None:
+    h = p.add_argument_group("hardware (default: this machine)")
+    h.add_argument("--profile", metavar="NAME[,NAME]", default=None, help="plan for a profile")
+    h.add_argument("--gpu-mem", type=float, nargs="+", metavar="GiB", default=None)
+    h.add_argument("--ram", type=float, metavar="GiB", default=None)
+    h.add_argument("--no-calibrate", action="store_true", help="use the published ratios")
+    h.add_argument("--db", metavar="FILE", help="results database to calibrate from")
+
+
+def _plan_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="path to a .gguf file, or catalog:NAME")
+    g = p.add_argument_group("constraints")
+    g.add_argument("--ctx", type=int, metavar="N", help="context per user, tokens")
+    g.add_argument("--min-ctx", type=int, default=0, metavar="N", help="never less context")
+    g.add_argument("--users", type=int, default=1, metavar="N", help="parallel users")
+    g.add_argument("--min-tps", type=float, metavar="X", help="tok/s each user must get")
+    g.add_argument("--leave-free", type=float, default=0.0, metavar="GiB", help="keep free")
+    g.add_argument(
+        "--kv-types",
+        default="f16,q8_0",
+        metavar="A,B",
+        help=f"KV cache types allowed (of {', '.join(KV_TYPES)}; default f16,q8_0)",
+    )
+    g.add_argument(
+        "--any-quant",
+        action="store_true",
+        help="also pick quants below Q4_K_M's quality (KLD > 0.031)",
+    )
+    g.add_argument("--no-simulate", action="store_true", help="only the model's own quant")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _hardware_flags(p)
+
+
+def register(sub: Any) -> None:
+    """Add ``compare``, ``recommend`` and ``plan`` to the ``ggtune`` subparsers ``sub``."""
+    p = sub.add_parser("compare", help="every quant level side by side: memory, speed, quality")
+    p.add_argument("model", help="path to a .gguf file, or catalog:NAME")
+    p.add_argument("--ctx", type=int, default=4096, metavar="N", help="context (default 4096)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _hardware_flags(p)
+    p.set_defaults(handler=run_compare)
+
+    r = sub.add_parser("recommend", help="settings for a goal, and why")
+    _plan_flags(r)
+    r.add_argument("--goal", choices=GOALS, required=True, help="what to optimise")
+    r.set_defaults(handler=run_recommend)
+
+    c = sub.add_parser("plan", help="how many users fit at a context and speed")
+    _plan_flags(c)
+    c.set_defaults(handler=run_plan)
+
+
+# --- shared ------------------------------------------------------------------------------
+
+
+def _hardware(args: argparse.Namespace) -> Hardware:
+    return hardware_from_args(args)
+
+
+def _this_machine(args: argparse.Namespace) -> bool:
+    return not (args.profile or args.gpu_mem or args.ram)
+
+
+def _factors(args: argparse.Namespace, spec: ModelSpec, hardware: Hardware) -> SpeedFactors:
+    """Return speed factors fitted to this machine's stored runs (defaults elsewhere).
+
+    A stored run is this machine's when its CPU model, core counts, RAM (whole GiB) and
+    number of GPUs match (the fingerprint's GPU names come from llama.cpp, which the CLI
+    does not start for this).
+    """
+    if args.no_calibrate or not _this_machine(args):
+        return SpeedFactors()
+    from app.hardware_probe import probe_host
+    from app.results_db import ResultsDB
+
+    try:
+        db = ResultsDB(args.db) if args.db else ResultsDB()
+        if not db.path.exists():
+            return SpeedFactors()
+        runs = db.runs(limit=200)
+    except (GGTuneError, OSError):
+        return SpeedFactors()
+    host = probe_host()
+    here = (
+        host.cpu_model,
+        host.physical_cores,
+        host.logical_cores,
+        round((host.ram_total_bytes or 0) / GIB),
+        len(hardware.gpus),
+    )
+    measurements: list[SpeedMeasurement] = []
+    specs: dict[str, ModelSpec] = {}
+    for run in runs:
+        m = run.result.get("machine", {})
+        there = (
+            m.get("cpu_model"),
+            m.get("physical_cores"),
+            m.get("logical_cores"),
+            round(int(m.get("ram_bytes", 0)) / GIB),
+            len(m.get("gpus", ())),
+        )
+        if there != here:
+            continue
+        path = str(run.result.get("model_path", ""))
+        if path not in specs:
+            try:
+                specs[path] = load_spec(path)
+            except (GGTuneError, OSError):
+                continue
+        measurements.extend(
+            measurements_from_record(run.result, specs[path], hardware, model_key=run.model_file)
+        )
+    own = os.path.basename(spec.path)
+    return calibrate(measurements, model_key=own or None)
+
+
+def _options(args: argparse.Namespace, spec: ModelSpec) -> tuple[QuantOption, ...]:
+    size = None
+    if not spec.path.startswith("catalog:"):
+        try:
+            size = os.path.getsize(spec.path)
+        except OSError:
+            size = None
+    if getattr(args, "no_simulate", False):
+        return quant_options(spec, simulate=None, file_bytes=size)
+    return quant_options(spec, names=COMPARE_QUANTS, file_bytes=size)
+
+
+def _goal(args: argparse.Namespace, name: str) -> Goal:
+    names = [t.strip() for t in args.kv_types.split(",") if t.strip()]
+    bad = [t for t in names if t not in KV_TYPES]
+    if bad:
+        raise GGTuneError(f"unknown KV cache type {bad[0]!r}; choose from {', '.join(KV_TYPES)}")
+    kv = tuple(t for t in KV_TYPES if t in names)
+    return Goal(
+        name,  # type: ignore[arg-type]
+        ctx=args.ctx,
+        min_ctx=args.min_ctx,
+        n_users=args.users,
+        min_tok_per_s=args.min_tps,
+        leave_free_bytes=int(args.leave_free * GIB),
+        max_kld=None if args.any_quant else Goal("fastest").max_kld,
+        kv_types=kv,
+    )
+
+
+def candidate_dict(c: Candidate) -> dict[str, Any]:
+    """Return a plan as plain data (the ``--json`` interface)."""
+    return {
+        "quant": c.quant.name,
+        "origin": c.quant.origin,
+        "bits_per_weight": round(c.quant.bits_per_weight, 3),
+        "settings": dataclasses.asdict(c.settings),
+        "n_ctx_per_user": c.n_ctx_per_user,
+        "n_users": c.n_users,
+        "gpu_layers": c.gpu_layers,
+        "n_layers": c.n_layers,
+        "all_on_gpu": c.all_on_gpu,
+        "devices": [
+            {
+                "name": d.name,
+                "total_bytes": d.total_bytes,
+                "capacity_bytes": d.capacity_bytes,
+                "spare_bytes": None
+                if d.capacity_bytes is None
+                else d.capacity_bytes - d.total_bytes,
+            }
+            for d in c.estimate.devices
+        ],
+        "speed": {
+            "depth": c.speed.depth,
+            "decode_tok_per_s": c.speed.decode_tok_per_s,
+            "prefill_tok_per_s": c.speed.prefill_tok_per_s,
+            "ttft_s": c.speed.ttft_s,
+            "per_user_tok_per_s": c.speed.per_user_tok_per_s,
+            "aggregate_tok_per_s": c.speed.aggregate_tok_per_s,
+            "calibration": c.speed.factors_source,
+        },
+        "quality": {
+            "kld": c.quant.kld,
+            "delta_ppl": c.quant.delta_ppl,
+            "measured_on": c.quant.quality_model,
+        },
+    }
+
+
+# --- compare ---------------------------------------------------------------------------
+
+
+def compare_rows(
+    spec: ModelSpec,
+    options: tuple[QuantOption, ...],
+    settings: Settings,
+    hardware: Hardware,
+    factors: SpeedFactors,
+) -> list[dict[str, Any]]:
+    """Return one plain-data row per quant at ``settings`` (what ``compare --json`` prints)."""
+    from app.estimate import estimate
+
+    rows = []
+    for o in options:
+        placed = fit_layers(o.spec, settings, hardware) or settings
+        est = estimate(o.spec, placed, hardware)
+        speed = predict_speed(
+            o.spec, placed, hardware, depth=min(settings.n_ctx // 2, 4096), factors=factors
+        )
+        gpu_layers = sum(d.n_layers for d in est.devices if d.kind == "gpu")
+        rows.append(
+            {
+                "quant": o.name,
+                "origin": o.origin,
+                "file_bytes": o.file_bytes,
+                "bits_per_weight": round(o.bits_per_weight, 3),
+                "devices": {d.name: d.total_bytes for d in est.devices},
+                "fits": est.fits,
+                "gpu_layers": gpu_layers,
+                "n_layers": o.spec.n_layer_all,
+                "n_cpu_moe": placed.n_cpu_moe,
+                "decode_tok_per_s": round(speed.decode_tok_per_s, 2),
+                "prefill_tok_per_s": round(speed.prefill_tok_per_s, 1),
+                "kld": o.kld,
+                "kld_nearest": round(quality_cost(o, options), 5),
+                "delta_ppl": o.delta_ppl,
+                "quality_measured_on": o.quality_model,
+                "needs_imatrix": o.needs_imatrix,
+            }
+        )
+    return rows
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Print every quant side by side; return the exit code."""
+    spec = load_spec(args.model)
+    hardware = _hardware(args)
+    # llama-server's defaults, one user, every layer offloaded: the quants' own footprint
+    settings = runner_defaults("llama-server").replace(
+        n_ctx=args.ctx, n_gpu_layers=ALL_LAYERS, n_parallel=1, kv_unified=False
+    )
+    factors = _factors(args, spec, hardware)
+    rows = compare_rows(spec, _options(args, spec), settings, hardware, factors)
+    if args.json:
+        print(json.dumps({"model": spec.path, "n_ctx": args.ctx, "rows": rows}, indent=2))
+        return 0
+    names = [d.name for d in hardware.devices]
+    table = [["quant", "file", "bpw", *names, "fits", "tok/s", "KLD", "source"]]
+    for r in rows:
+        fits = {True: "yes", False: "NO", None: "?"}[r["fits"]]
+        if r["fits"] is not False and hardware.gpus and r["gpu_layers"] < r["n_layers"]:
+            fits = f"{r['gpu_layers']}/{r['n_layers']} on GPU"
+        elif r["fits"] is not False and r["n_cpu_moe"]:
+            fits = f"experts of {r['n_cpu_moe']} on CPU"
+        kld = f"{r['kld']:.4f}" if r["kld"] is not None else f"~{r['kld_nearest']:.3f}"
+        table.append(
+            [
+                r["quant"],
+                format_bytes(r["file_bytes"]),
+                f"{r['bits_per_weight']:.2f}",
+                *[format_bytes(r["devices"][n]) for n in names],
+                fits,
+                f"{r['decode_tok_per_s']:.1f}",
+                kld,
+                r["origin"] + (" (imatrix)" if r["needs_imatrix"] else ""),
+            ]
+        )
+    print(f"{spec.name or spec.path} at {args.ctx:,} tokens of context, most layers that fit")
+    _print_table(table)
+    print(f"speed: {factors.source}; KLD vs FP16 measured on Llama-3-8B (~: nearest bpw)")
+    return 0
+
+
+# --- recommend / plan --------------------------------------------------------------------
+
+
+def run_recommend(args: argparse.Namespace) -> int:
+    """Print the plan for ``--goal`` and why; return the exit code."""
+    spec = load_spec(args.model)
+    hardware = _hardware(args)
+    goal = _goal(args, args.goal)
+    factors = _factors(args, spec, hardware)
+    rec = recommend(spec, hardware, goal, options=_options(args, spec), factors=factors)
+    if args.json:
+        data = {
+            "goal": dataclasses.asdict(goal),
+            "feasible": rec.feasible,
+            "why": rec.why,
+            "best": candidate_dict(rec.best) if rec.best else None,
+            "runner_up": candidate_dict(rec.runner_up) if rec.runner_up else None,
+            "evaluated": rec.n_evaluated,
+        }
+        print(json.dumps(data, indent=2))
+        return 0
+    print(rec.why)
+    if rec.best is not None:
+        s = rec.best.settings
+        ngl = "all" if s.n_gpu_layers < 0 else str(s.n_gpu_layers)
+        flags = (
+            f"-c {s.n_ctx} -ngl {ngl} -fa {s.flash_attn} -ctk {s.cache_type_k} "
+            f"-ctv {s.cache_type_v} -np {s.n_parallel}"
+            + (" -kvu" if s.kv_unified else "")
+            + (f" -ncmoe {s.n_cpu_moe}" if s.n_cpu_moe else "")
+            + (f" -ts {','.join(f'{x:g}' for x in s.tensor_split)}" if s.tensor_split else "")
+        )
+        print(f"\nllama-server flags: {flags}")
+        print(f"speed: {rec.best.speed.factors_source}")
+    return 0 if rec.best is not None else 1
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Print how many users fit at ``--ctx`` and ``--min-tps``; return the exit code."""
+    if args.ctx is None or args.min_tps is None:
+        print("ggtune: plan needs --ctx and --min-tps (and --users for a target)", file=sys.stderr)
+        return 2
+    spec = load_spec(args.model)
+    hardware = _hardware(args)
+    goal = _goal(args, "users")
+    factors = _factors(args, spec, hardware)
+    cap = max_users(
+        spec,
+        hardware,
+        ctx_per_user=args.ctx,
+        min_tok_per_s=args.min_tps,
+        goal=goal,
+        options=_options(args, spec),
+        factors=factors,
+    )
+    target_ok = cap.n_users >= args.users
+    if args.json:
+        data = {
+            "users_asked": args.users,
+            "fits": target_ok,
+            "max_users": cap.n_users,
+            "ctx_per_user": cap.ctx_per_user,
+            "min_tok_per_s": cap.min_tok_per_s,
+            "limit": cap.limit,
+            "why": cap.why,
+            "plan": candidate_dict(cap.plan) if cap.plan else None,
+        }
+        print(json.dumps(data, indent=2))
+        return 0
+    verdict = "yes" if target_ok else "no"
+    print(f"{args.users} user(s) with {args.ctx:,} tokens at ≥ {args.min_tps:g} tok/s: {verdict}.")
+    print(cap.why)
+    return 0
