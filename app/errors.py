@@ -26,6 +26,9 @@ The tree::
     ├── ResultsDBError             the benchmark history database cannot be used (written
     │                              by a newer ggtune, cannot be set aside); a corrupt or
     │                              locked one is set aside and reported, not raised
+    ├── QuantError                 llama.cpp would refuse to quantize a model to a file type
+    ├── QualityProfileError        a quality table in profiles/quality/ is missing or bad
+                                   (has .path)
     ├── CatalogError               a model catalog entry is unknown, unreadable or invalid
     │                              (has .path: the profiles/models/*.json file at fault)
     ├── ExportError                settings could not be exported, written or read back
@@ -309,3 +312,18 @@ class EngineCancelledError(EngineError):
 
 class EngineUnsupportedError(EngineError):
     """A setting cannot be expressed through the llama.cpp bindings in use."""
+
+
+class QuantError(GGTuneError):
+    """llama.cpp would refuse to quantize this model to this file type (not for imatrix)."""
+
+
+class QualityProfileError(GGTuneError):
+    """A quality table in ``profiles/quality/`` is missing or malformed (has ``.path``)."""
+
+    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
+        self.path = os.fspath(path)
+        super().__init__(f"{self.path}: {message}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.path, str(self)[len(self.path) + 2 :]))

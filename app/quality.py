@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from app.errors import GGTuneError
+from app.errors import QualityProfileError
 
 __all__ = [
     "QUALITY_DIR",
@@ -45,14 +45,6 @@ QUALITY_DIR: Final = Path(__file__).resolve().parent.parent / "profiles" / "qual
 """Where the shipped quality tables live."""
 
 SCHEMA_VERSION: Final = 1
-
-
-class QualityProfileError(GGTuneError):
-    """A quality table in ``profiles/quality/`` is missing or malformed (has ``.path``)."""
-
-    def __init__(self, path: str | Path, message: str) -> None:
-        self.path = str(path)
-        super().__init__(f"{self.path}: {message}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
-from app.errors import GGTuneError
+from app.errors import QuantError
 from app.spec import ModelSpec, TensorSpec
 
 __all__ = [
@@ -63,10 +63,6 @@ __all__ = [
 
 ALIGNMENT: Final = 32
 """``GGUF_DEFAULT_ALIGNMENT``: every tensor's data is padded to it in the output file."""
-
-
-class QuantError(GGTuneError):
-    """llama.cpp would refuse to quantize this model to this file type (not for imatrix)."""
 
 
 # --- ggml types (ggml/include/ggml.h enum ggml_type; sizes from ggml/src/ggml.c) -------
