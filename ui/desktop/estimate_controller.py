@@ -1,0 +1,207 @@
+"""The state of the main screen: model, settings, runner, hardware, and their estimate.
+
+:class:`EstimateController` re-estimates synchronously on every change (``estimate()`` is
+pure and takes well under a millisecond) and emits one :class:`EstimateState`. The
+Settings panel writes through :meth:`EstimateController.update`; the memory view and the
+verdict read ``state_changed``. Limits that depend on the model (the context slider's end,
+the number of layers) are pure functions here, so tests can check them without widgets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Final
+
+from PySide6.QtCore import QObject, Signal
+
+from app.errors import GGTuneError
+from app.estimate import MemoryEstimate, estimate
+from app.hardware import Hardware
+from app.settings import ALL_LAYERS, RUNNERS, RunnerName, Settings, runner_defaults
+from app.spec import ModelSpec
+from app.verdict import DEFAULT_MARGIN_BYTES, Verdict, verdict
+from ui.desktop.hardware import HardwareChoice
+from ui.desktop.model_card import LoadedModel
+from ui.desktop.scales import CONTEXT_QUANTUM
+
+RUNNER_TITLES: Final[dict[RunnerName, str]] = {
+    "llama-server": "llama-server",
+    "ollama": "Ollama",
+    "lmstudio": "LM Studio",
+    "llama-cpp-python": "llama-cpp-python",
+}
+assert set(RUNNER_TITLES) == set(RUNNERS), "every runner needs a title"
+
+
+@dataclass(frozen=True, slots=True)
+class EstimateState:
+    """One consistent snapshot: what was asked and what it costs.
+
+    ``estimate`` and ``verdict`` are None when there is no model yet or when the settings
+    cannot run (``error`` says why, in one line).
+    """
+
+    model: LoadedModel | None
+    settings: Settings
+    runner: RunnerName
+    hardware: HardwareChoice
+    estimate: MemoryEstimate | None
+    verdict: Verdict | None
+    error: str | None
+    margin_bytes: int
+
+
+def max_context(spec: ModelSpec, settings: Settings) -> int:
+    """Return the largest total context (tokens) that keeps each sequence within training.
+
+    With one shared (unified) cache every sequence may use all cells, so the end is the
+    training context; with one stream per user, each gets ``n_ctx / n_parallel`` cells.
+    """
+    train = spec.n_ctx_train if spec.n_ctx_train > 0 else 4096
+    return train if settings.kv_unified else train * settings.n_parallel
+
+
+def fit_settings(spec: ModelSpec, settings: Settings) -> Settings:
+    """Return ``settings`` made explicit and within the limits of ``spec``.
+
+    ``n_ctx`` 0 (the training context) becomes its value, then the context is kept within
+    256 … :func:`max_context`; GPU layers above the model's count become "all"; MoE layers
+    on the CPU stay within the layer count (0 for a dense model).
+    """
+    n_ctx = settings.n_ctx or spec.n_ctx_train or 4096
+    n_ctx = max(CONTEXT_QUANTUM, min(n_ctx, max_context(spec, settings)))
+    ngl = settings.n_gpu_layers
+    if ngl > spec.n_layer:
+        ngl = ALL_LAYERS  # n_layer + 1 (the output layer too) is every layer
+    n_cpu_moe = min(settings.n_cpu_moe, spec.n_layer) if spec.n_expert else 0
+    n_ubatch = min(settings.n_ubatch, settings.n_batch)
+    return settings.replace(n_ctx=n_ctx, n_gpu_layers=ngl, n_cpu_moe=n_cpu_moe, n_ubatch=n_ubatch)
+
+
+def gpu_total_bytes(hardware: Hardware) -> int:
+    """Return the memory of all GPUs together, bytes (Ollama's default context uses it)."""
+    return sum(g.capacity_bytes or 0 for g in hardware.gpus)
+
+
+class EstimateController(QObject):
+    """Hold the main screen's state (GUI thread) and re-estimate on every change.
+
+    Signals: ``model_changed(LoadedModel)``, ``settings_changed(Settings)`` (also when a
+    runner preset or the model's limits changed them), ``runner_changed(str)``,
+    ``state_changed(EstimateState)`` after each estimate.
+    """
+
+    model_changed = Signal(object)
+    settings_changed = Signal(object)
+    runner_changed = Signal(str)
+    state_changed = Signal(object)
+
+    def __init__(self, hardware: HardwareChoice, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._runner: RunnerName = "llama-server"
+        self._hardware = hardware
+        self._settings = runner_defaults(self._runner, gpu_total_bytes=0)
+        self._model: LoadedModel | None = None
+        self._margin_bytes = DEFAULT_MARGIN_BYTES
+        self._state = self._compute()
+
+    # --- reading ---
+
+    @property
+    def state(self) -> EstimateState:
+        """The latest snapshot."""
+        return self._state
+
+    @property
+    def settings(self) -> Settings:
+        """The settings in force."""
+        return self._settings
+
+    @property
+    def runner(self) -> RunnerName:
+        """The runner whose defaults the settings started from."""
+        return self._runner
+
+    @property
+    def model(self) -> LoadedModel | None:
+        """The model estimated, or None before the first one loaded."""
+        return self._model
+
+    # --- writing ---
+
+    def set_model(self, model: LoadedModel) -> None:
+        """Estimate for ``model``; keep the settings, fitted to its limits."""
+        self._model = model
+        self.model_changed.emit(model)
+        self._apply(self._settings)
+
+    def set_hardware(self, choice: HardwareChoice) -> None:
+        """Estimate for other hardware (settings unchanged)."""
+        self._hardware = choice
+        self._recompute()
+
+    def set_runner(self, runner: RunnerName) -> None:
+        """Switch to ``runner`` and take its default settings."""
+        assert runner in RUNNERS, f"unknown runner {runner!r}"
+        self._runner = runner
+        self.runner_changed.emit(runner)
+        self.reset_to_runner_defaults()
+
+    def reset_to_runner_defaults(self) -> None:
+        """Take the current runner's defaults for this hardware (its GPUs' memory)."""
+        gpu_total = gpu_total_bytes(self._hardware.hardware)
+        self._apply(runner_defaults(self._runner, gpu_total_bytes=gpu_total))
+
+    def update(self, **changes: object) -> None:
+        """Change some settings (field names of :class:`~app.settings.Settings`)."""
+        try:
+            settings = self._settings.replace(**changes)
+        except GGTuneError as err:
+            self._publish(dataclasses.replace(self._state, error=str(err)))
+            return
+        self._apply(settings)
+
+    def set_margin(self, margin_bytes: int) -> None:
+        """Keep ``margin_bytes`` free on every device (the verdict's safety margin)."""
+        self._margin_bytes = margin_bytes
+        self._recompute()
+
+    # --- internals ---
+
+    def _apply(self, settings: Settings) -> None:
+        if self._model is not None:
+            settings = fit_settings(self._model.spec, settings)
+        changed = settings != self._settings
+        self._settings = settings
+        if changed:
+            self.settings_changed.emit(settings)
+        self._recompute()
+
+    def _recompute(self) -> None:
+        self._publish(self._compute())
+
+    def _publish(self, state: EstimateState) -> None:
+        self._state = state
+        self.state_changed.emit(state)
+
+    def _compute(self) -> EstimateState:
+        est: MemoryEstimate | None = None
+        judged: Verdict | None = None
+        error: str | None = None
+        if self._model is not None:
+            try:
+                est = estimate(self._model.spec, self._settings, self._hardware.hardware)
+                judged = verdict(est, margin_bytes=self._margin_bytes)
+            except GGTuneError as err:
+                error = str(err)
+        return EstimateState(
+            model=self._model,
+            settings=self._settings,
+            runner=self._runner,
+            hardware=self._hardware,
+            estimate=est,
+            verdict=judged,
+            error=error,
+            margin_bytes=self._margin_bytes,
+        )

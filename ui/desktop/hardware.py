@@ -1,0 +1,128 @@
+"""Which hardware the estimate plans for: this machine, or GPUs the user describes.
+
+:class:`HardwareController` owns the choice and emits :class:`HardwareChoice` on
+``hardware_changed``. Three sources feed it: this machine (probed once on the job pool),
+"plan for N GPUs of X GiB" (the Settings panel), and anything else that can build a
+:class:`~app.hardware.Hardware`: hardware profiles plug in by calling
+:meth:`HardwareController.set_hardware` with ``source="profile"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from PySide6.QtCore import QObject, Signal
+
+from app.hardware import Device, Hardware, local_hardware
+from app.verdict import format_size
+from ui.desktop.jobs import run_job
+from ui.desktop.model_card import describe_error
+
+GIB = 1024**3
+HardwareSource = Literal["local", "planned", "profile"]
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareChoice:
+    """The hardware to plan for and how to name it (``label``: one line for the UI)."""
+
+    hardware: Hardware
+    label: str
+    source: HardwareSource
+
+
+def describe_hardware(hardware: Hardware) -> str:
+    """Return e.g. "1 × 24.0 GiB GPU, 62.8 GiB RAM" or "CPU only, 23.5 GiB RAM"."""
+    host = hardware.host
+    ram = host.capacity_bytes
+    ram_text = "RAM size unknown" if ram is None else f"{format_size(ram)} RAM"
+    if ram is not None and host.free_bytes is not None and host.free_bytes < ram:
+        ram_text += f" ({format_size(host.free_bytes)} free)"
+    if not hardware.gpus:
+        return f"CPU only, {ram_text}"
+    sizes = [g.capacity_bytes for g in hardware.gpus]
+    if len(set(sizes)) == 1:
+        size = "unknown size" if sizes[0] is None else format_size(sizes[0])
+        gpus = f"{len(sizes)} × {size} GPU"
+    else:
+        gpus = " + ".join("?" if s is None else format_size(s) for s in sizes) + " GPUs"
+    return f"{gpus}, {ram_text}"
+
+
+def planned_hardware(gpu_gib: list[float], ram_gib: float, host: Device | None) -> Hardware:
+    """Return GPUs of the given sizes (GiB) and ``ram_gib`` of system RAM.
+
+    The CPU's ISA flags come from ``host`` (this machine) when known, since they decide
+    llama.cpp's CPU repack buffers.
+    """
+    assert all(g > 0 for g in gpu_gib), f"GPU sizes must be > 0 GiB, got {gpu_gib}"
+    flags = host.cpu_flags if host is not None else ()
+    gpus = tuple(Device(f"CUDA{i}", "gpu", int(g * GIB)) for i, g in enumerate(gpu_gib))
+    return Hardware(host=Device("CPU", "host", int(ram_gib * GIB), cpu_flags=flags), gpus=gpus)
+
+
+class HardwareController(QObject):
+    """Hold the hardware choice (GUI thread); probe this machine once, off the GUI thread.
+
+    ``hardware_changed(HardwareChoice)`` fires on every change; ``local_detected(Hardware)``
+    once the probe answered; ``detection_failed(str)`` when it could not.
+    """
+
+    hardware_changed = Signal(object)
+    local_detected = Signal(object)
+    detection_failed = Signal(str)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._local: Hardware | None = None
+        self._choice = HardwareChoice(
+            Hardware.cpu_only(), "This machine (detecting…)", source="local"
+        )
+
+    @property
+    def choice(self) -> HardwareChoice:
+        """The hardware planned for now."""
+        return self._choice
+
+    @property
+    def local(self) -> Hardware | None:
+        """This machine as probed, or None before the probe answered."""
+        return self._local
+
+    def detect(self) -> None:
+        """Probe this machine on the job pool (≤ a few hundred ms); answer by signal."""
+        run_job(
+            local_hardware,
+            on_success=self._on_probe_done,
+            on_failure=self._on_probe_failed,
+            parent=self,
+        )
+
+    def set_hardware(self, hardware: Hardware, label: str, source: HardwareSource) -> None:
+        """Plan for ``hardware`` (the seam for profiles and compositions)."""
+        self._choice = HardwareChoice(hardware, label, source)
+        self.hardware_changed.emit(self._choice)
+
+    def use_local(self) -> None:
+        """Plan for this machine (as detected; CPU with unknown RAM until then)."""
+        if self._local is None:
+            self.set_hardware(Hardware.cpu_only(), "This machine (detecting…)", "local")
+        else:
+            label = f"This machine: {describe_hardware(self._local)}"
+            self.set_hardware(self._local, label, "local")
+
+    def plan_gpus(self, gpu_gib: list[float], ram_gib: float) -> None:
+        """Plan for GPUs of ``gpu_gib`` GiB each and ``ram_gib`` GiB of system RAM."""
+        host = None if self._local is None else self._local.host
+        hardware = planned_hardware(gpu_gib, ram_gib, host)
+        self.set_hardware(hardware, f"Planned: {describe_hardware(hardware)}", "planned")
+
+    def _on_probe_done(self, hardware: Hardware) -> None:
+        self._local = hardware
+        self.local_detected.emit(hardware)
+        if self._choice.source == "local":
+            self.use_local()
+
+    def _on_probe_failed(self, error: Exception) -> None:
+        self.detection_failed.emit(f"Could not detect this machine: {describe_error(error)}")

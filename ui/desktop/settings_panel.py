@@ -1,0 +1,449 @@
+"""The Settings panel: every knob of the run, and the hardware to plan for.
+
+Widgets only: each control writes through :meth:`EstimateController.update` (or the
+:class:`HardwareController`), and the panel re-reads the settings from
+``settings_changed`` with its signals blocked, so a runner preset or a new model moves the
+controls without echoing back. Ranges follow the open model (its training context and
+layer count); controls that do not apply (MoE on a dense model, GPU layers without a GPU)
+are disabled, with a tooltip saying why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from PySide6.QtCore import QObject, Qt
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QRadioButton,
+    QSlider,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.hardware import Hardware
+from app.settings import ALL_LAYERS, CACHE_TYPES, FLASH_ATTN_MODES, RUNNERS, Settings
+from app.spec import ModelSpec
+from ui.desktop.estimate_controller import (
+    RUNNER_TITLES,
+    EstimateController,
+    EstimateState,
+    max_context,
+)
+from ui.desktop.hardware import GIB, HardwareChoice, HardwareController, describe_hardware
+from ui.desktop.model_card import LoadedModel
+from ui.desktop.scales import context_steps, format_tokens, nearest_step
+
+_FLASH_TITLES = {"auto": "Auto", "on": "On", "off": "Off"}
+
+
+@contextlib.contextmanager
+def signals_blocked(*objects: QObject) -> Iterator[None]:
+    """Block the signals of ``objects`` for the ``with`` body, then restore them.
+
+    One context for many widgets (``QSignalBlocker`` takes one object each).
+    """
+    previous = [o.blockSignals(True) for o in objects]
+    try:
+        yield
+    finally:
+        for o, was in zip(objects, previous, strict=True):
+            o.blockSignals(was)
+
+
+def _form(box: QGroupBox) -> QFormLayout:
+    form = QFormLayout(box)
+    form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+    form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+    return form
+
+
+def _label(text: str, buddy: QWidget) -> QLabel:
+    label = QLabel(text)
+    label.setBuddy(buddy)
+    return label
+
+
+class ContextControl(QWidget):
+    """A logarithmic slider (snapping to 256 tokens) and a number box, kept in step.
+
+    ``slider`` positions index :attr:`steps`; the box takes any value in range.
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.steps: tuple[int, ...] = context_steps(4096)
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setAccessibleName("Context size")
+        self.spin = QSpinBox()
+        self.spin.setSuffix(" tokens")
+        self.spin.setSingleStep(256)
+        self.spin.setAccelerated(True)
+        self.spin.setKeyboardTracking(False)
+        self.spin.setAccessibleName("Context size in tokens")
+        self.spin.setGroupSeparatorShown(True)
+        self.spin.setMinimumWidth(120)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.slider, 1)
+        layout.addWidget(self.spin)
+        self.set_maximum(4096)
+
+    def set_maximum(self, max_tokens: int) -> None:
+        """Let the context go up to ``max_tokens`` (signals blocked)."""
+        value = self.spin.value()
+        self.steps = context_steps(max_tokens)
+        with signals_blocked(self.slider, self.spin):
+            self.slider.setRange(0, len(self.steps) - 1)
+            self.slider.setPageStep(max(1, len(self.steps) // 8))
+            self.spin.setRange(self.steps[0], self.steps[-1])
+        self.show_value(value)
+
+    def show_value(self, n_tokens: int) -> None:
+        """Show ``n_tokens`` in both controls (signals blocked)."""
+        with signals_blocked(self.slider, self.spin):
+            self.spin.setValue(n_tokens)
+            self.slider.setValue(nearest_step(self.steps, n_tokens))
+        self.slider.setToolTip(f"{n_tokens:,} tokens ({format_tokens(n_tokens)})")
+
+
+class SettingsPanel(QWidget):
+    """The settings form (GUI thread); see the module doc."""
+
+    def __init__(
+        self,
+        controller: EstimateController,
+        hardware: HardwareController,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._controller = controller
+        self._hardware = hardware
+        self._spec: ModelSpec | None = None
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self._build_runner())
+        layout.addWidget(self._build_context())
+        layout.addWidget(self._build_placement())
+        layout.addWidget(self._build_hardware())
+        layout.addStretch(1)
+
+        controller.settings_changed.connect(self._on_controller_settings_changed)
+        controller.model_changed.connect(self._on_controller_model_changed)
+        controller.runner_changed.connect(self._on_controller_runner_changed)
+        controller.state_changed.connect(self._on_controller_state_changed)
+        hardware.local_detected.connect(self._on_hardware_local_detected)
+        hardware.hardware_changed.connect(self._on_hardware_changed)
+        self._on_controller_settings_changed(controller.settings)
+        self._on_hardware_changed(hardware.choice)
+
+    # --- building ---
+
+    def _build_runner(self) -> QGroupBox:
+        box = QGroupBox("Runner")
+        form = _form(box)
+        self.runner_combo = QComboBox()
+        for runner in RUNNERS:
+            self.runner_combo.addItem(RUNNER_TITLES[runner], runner)
+        self.runner_combo.setCurrentIndex(RUNNERS.index(self._controller.runner))
+        self.runner_combo.setToolTip(
+            "Whose defaults to start from: each runner picks its own context, batch "
+            "sizes and parallel users"
+        )
+        self.runner_combo.currentIndexChanged.connect(self._on_runner_combo_changed)
+        self.reset_button = QPushButton("R&eset")
+        self.reset_button.setToolTip("Take the runner's default settings again")
+        self.reset_button.clicked.connect(self._controller.reset_to_runner_defaults)
+        row = QHBoxLayout()
+        row.addWidget(self.runner_combo, 1)
+        row.addWidget(self.reset_button)
+        form.addRow(_label("&Preset:", self.runner_combo), row)
+        return box
+
+    def _build_context(self) -> QGroupBox:
+        box = QGroupBox("Context and KV cache")
+        form = _form(box)
+        self.context = ContextControl()
+        self.context.slider.valueChanged.connect(self._on_context_slider_moved)
+        self.context.spin.valueChanged.connect(self._on_context_spin_changed)
+        form.addRow(_label("&Context:", self.context.slider), self.context)
+        self.context_note = QLabel()
+        self.context_note.setWordWrap(True)
+        form.addRow(self.context_note)
+
+        self.cache_k = QComboBox()
+        self.cache_v = QComboBox()
+        for combo, field in ((self.cache_k, "cache_type_k"), (self.cache_v, "cache_type_v")):
+            for t in CACHE_TYPES:
+                combo.addItem(t, t)
+            combo.currentIndexChanged.connect(
+                lambda _i, c=combo, f=field: self._controller.update(**{f: c.currentData()})
+            )
+        self.cache_k.setToolTip("Number format of the attention keys in the cache")
+        self.cache_v.setToolTip(
+            "Number format of the attention values; quantized types need flash attention"
+        )
+        form.addRow(_label("&K cache type:", self.cache_k), self.cache_k)
+        form.addRow(_label("V cache t&ype:", self.cache_v), self.cache_v)
+
+        self.flash = QComboBox()
+        for mode in FLASH_ATTN_MODES:
+            self.flash.addItem(_FLASH_TITLES[mode], mode)
+        self.flash.setToolTip(
+            "Flash attention: less compute memory, needed for a quantized V cache; "
+            "Auto turns it on where the backend supports it"
+        )
+        self.flash.currentIndexChanged.connect(
+            lambda _i: self._controller.update(flash_attn=self.flash.currentData())
+        )
+        form.addRow(_label("Fl&ash attention:", self.flash), self.flash)
+
+        self.parallel = QSpinBox()
+        self.parallel.setRange(1, 256)
+        self.parallel.setSuffix(" users")
+        self.parallel.setToolTip("Sequences served at once (llama-server -np)")
+        self.parallel.setKeyboardTracking(False)
+        self.parallel.valueChanged.connect(lambda v: self._controller.update(n_parallel=v))
+        self.unified = QCheckBox("&Shared cache for all users")
+        self.unified.setToolTip(
+            "One KV cache shared by all users (-kvu) instead of an equal slice each"
+        )
+        self.unified.toggled.connect(lambda on: self._controller.update(kv_unified=on))
+        form.addRow(_label("Parallel &users:", self.parallel), self.parallel)
+        form.addRow("", self.unified)
+
+        self.swa_full = QCheckBox("Full-size sliding-&window cache")
+        self.swa_full.setToolTip(
+            "Keep every token in the sliding-window layers' cache (--swa-full); "
+            "needed to reuse long prompts, costs memory"
+        )
+        self.swa_full.toggled.connect(lambda on: self._controller.update(swa_full=on))
+        form.addRow("", self.swa_full)
+        return box
+
+    def _build_placement(self) -> QGroupBox:
+        box = QGroupBox("Placement and batches")
+        form = _form(box)
+        self.gpu_layers = QSlider(Qt.Orientation.Horizontal)
+        self.gpu_layers.setAccessibleName("Layers on the GPU")
+        self.gpu_layers.valueChanged.connect(self._on_gpu_layers_moved)
+        self.gpu_layers_label = QLabel()
+        self.gpu_layers_label.setMinimumWidth(90)
+        row = QHBoxLayout()
+        row.addWidget(self.gpu_layers, 1)
+        row.addWidget(self.gpu_layers_label)
+        form.addRow(_label("&GPU layers:", self.gpu_layers), row)
+
+        self.cpu_moe = QSpinBox()
+        self.cpu_moe.setSuffix(" layers")
+        self.cpu_moe.setKeyboardTracking(False)
+        self.cpu_moe.valueChanged.connect(lambda v: self._controller.update(n_cpu_moe=v))
+        form.addRow(_label("&MoE experts on CPU:", self.cpu_moe), self.cpu_moe)
+
+        self.batch = QSpinBox()
+        self.batch.setRange(1, 65536)
+        self.batch.setSuffix(" tokens")
+        self.batch.setKeyboardTracking(False)
+        self.batch.setToolTip("Logical batch: prompt tokens handed to llama.cpp at once (-b)")
+        self.batch.valueChanged.connect(self._on_batch_changed)
+        self.ubatch = QSpinBox()
+        self.ubatch.setRange(1, 65536)
+        self.ubatch.setSuffix(" tokens")
+        self.ubatch.setKeyboardTracking(False)
+        self.ubatch.setToolTip(
+            "Physical batch: tokens computed in one step (-ub); sets the compute buffers"
+        )
+        self.ubatch.valueChanged.connect(lambda v: self._controller.update(n_ubatch=v))
+        form.addRow(_label("&Batch:", self.batch), self.batch)
+        form.addRow(_label("M&icro-batch:", self.ubatch), self.ubatch)
+        return box
+
+    def _build_hardware(self) -> QGroupBox:
+        box = QGroupBox("Hardware")
+        form = _form(box)
+        self.this_machine = QRadioButton("&This machine")
+        self.planned = QRadioButton("P&lan for GPUs:")
+        group = QButtonGroup(self)
+        group.addButton(self.this_machine)
+        group.addButton(self.planned)
+        self.this_machine.setChecked(True)
+        self.machine_label = QLabel("detecting…")
+        self.machine_label.setWordWrap(True)
+        form.addRow(self.this_machine)
+        form.addRow(self.machine_label)
+        form.addRow(self.planned)
+        self.gpu_count = QSpinBox()
+        self.gpu_count.setRange(1, 16)
+        self.gpu_count.setSuffix(" GPU(s)")
+        self.gpu_gib = QDoubleSpinBox()
+        self.gpu_gib.setRange(0.5, 1024)
+        self.gpu_gib.setDecimals(1)
+        self.gpu_gib.setValue(24)
+        self.gpu_gib.setSuffix(" GiB each")
+        self.ram_gib = QDoubleSpinBox()
+        self.ram_gib.setRange(1, 8192)
+        self.ram_gib.setDecimals(1)
+        self.ram_gib.setValue(64)
+        self.ram_gib.setSuffix(" GiB")
+        for spin in (self.gpu_count, self.gpu_gib, self.ram_gib):
+            spin.setKeyboardTracking(False)
+            spin.valueChanged.connect(self._on_plan_changed)
+        row = QHBoxLayout()
+        row.addWidget(self.gpu_count)
+        row.addWidget(self.gpu_gib, 1)
+        form.addRow(_label("Si&ze:", self.gpu_count), row)
+        form.addRow(_label("System &RAM:", self.ram_gib), self.ram_gib)
+        self.this_machine.toggled.connect(self._on_hardware_source_toggled)
+        self._set_plan_enabled(False)
+        return box
+
+    # --- controls -> controller ---
+
+    def _on_runner_combo_changed(self, index: int) -> None:
+        self._controller.set_runner(RUNNERS[index])
+
+    def _on_context_slider_moved(self, position: int) -> None:
+        self._controller.update(n_ctx=self.context.steps[position])
+
+    def _on_context_spin_changed(self, value: int) -> None:
+        self._controller.update(n_ctx=value)
+
+    def _on_gpu_layers_moved(self, value: int) -> None:
+        top = self.gpu_layers.maximum()
+        self._controller.update(n_gpu_layers=ALL_LAYERS if value >= top else value)
+
+    def _on_batch_changed(self, value: int) -> None:
+        changes: dict[str, object] = {"n_batch": value}
+        if self.ubatch.value() > value:
+            changes["n_ubatch"] = value
+        self._controller.update(**changes)
+
+    def _on_hardware_source_toggled(self, local: bool) -> None:
+        self._set_plan_enabled(not local)
+        if local:
+            self._hardware.use_local()
+        else:
+            self._on_plan_changed()
+
+    def _on_plan_changed(self) -> None:
+        if self.planned.isChecked():
+            sizes = [self.gpu_gib.value()] * self.gpu_count.value()
+            self._hardware.plan_gpus(sizes, self.ram_gib.value())
+
+    def _set_plan_enabled(self, enabled: bool) -> None:
+        for w in (self.gpu_count, self.gpu_gib, self.ram_gib):
+            w.setEnabled(enabled)
+
+    # --- controller -> controls ---
+
+    def _on_controller_runner_changed(self, runner: str) -> None:
+        with signals_blocked(self.runner_combo):
+            self.runner_combo.setCurrentIndex(self.runner_combo.findData(runner))
+
+    def _on_controller_model_changed(self, model: LoadedModel) -> None:
+        spec = model.spec
+        self._spec = spec
+        with signals_blocked(self.gpu_layers):
+            self.gpu_layers.setRange(0, spec.n_layer + 1)
+            self.gpu_layers.setPageStep(max(1, (spec.n_layer + 1) // 8))
+        moe = spec.n_expert > 0
+        with signals_blocked(self.cpu_moe):
+            self.cpu_moe.setRange(0, spec.n_layer if moe else 0)
+        self.cpu_moe.setEnabled(moe)
+        self.cpu_moe.setToolTip(
+            "Keep the expert weights of the first N layers in system RAM (--n-cpu-moe)"
+            if moe
+            else "Only for mixture-of-experts models; this one is dense"
+        )
+        swa = any(spec.is_swa)
+        self.swa_full.setEnabled(swa)
+        if not swa:
+            self.swa_full.setToolTip("Only for models with sliding-window layers")
+        self._on_controller_settings_changed(self._controller.settings)
+
+    def _on_controller_settings_changed(self, settings: Settings) -> None:
+        if self._spec is not None:
+            self.context.set_maximum(max_context(self._spec, settings))
+        self.context.show_value(settings.n_ctx)
+        blocked = (
+            self.cache_k,
+            self.cache_v,
+            self.flash,
+            self.parallel,
+            self.unified,
+            self.swa_full,
+            self.gpu_layers,
+            self.cpu_moe,
+            self.batch,
+            self.ubatch,
+        )
+        with signals_blocked(*blocked):
+            self.cache_k.setCurrentIndex(self.cache_k.findData(settings.cache_type_k))
+            self.cache_v.setCurrentIndex(self.cache_v.findData(settings.cache_type_v))
+            self.flash.setCurrentIndex(self.flash.findData(settings.flash_attn))
+            self.parallel.setValue(settings.n_parallel)
+            self.unified.setChecked(settings.kv_unified)
+            self.swa_full.setChecked(settings.swa_full)
+            top = self.gpu_layers.maximum()
+            ngl = settings.n_gpu_layers
+            self.gpu_layers.setValue(top if ngl == ALL_LAYERS or ngl >= top else ngl)
+            self.cpu_moe.setValue(settings.n_cpu_moe)
+            self.batch.setValue(settings.n_batch)
+            self.ubatch.setValue(settings.n_ubatch)
+        self._show_gpu_layers(settings)
+
+    def _show_gpu_layers(self, settings: Settings) -> None:
+        top = self.gpu_layers.maximum()
+        ngl = settings.n_gpu_layers
+        if ngl == ALL_LAYERS or ngl >= top:
+            self.gpu_layers_label.setText(f"all {top} layers")
+        else:
+            self.gpu_layers_label.setText(f"{ngl} of {top} layers")
+
+    def _on_controller_state_changed(self, state: EstimateState) -> None:
+        est = state.estimate
+        if est is not None:
+            ctx = est.context
+            per_user = (
+                f"{ctx.n_ctx:,} cells shared by {state.settings.n_parallel} users"
+                if ctx.n_stream == 1 and state.settings.n_parallel > 1
+                else f"{ctx.n_ctx_seq:,} tokens per user"
+                if ctx.n_stream > 1
+                else f"{ctx.n_ctx:,} cells in the cache"
+            )
+            self.context_note.setText(f"{per_user}; training context {self._train_text()}")
+        has_gpu = bool(state.hardware.hardware.gpus)
+        self.gpu_layers.setEnabled(has_gpu)
+        self.gpu_layers.setToolTip(
+            "Layers whose weights and KV cache go to the GPU (-ngl); the output layer counts"
+            if has_gpu
+            else "No GPU to put layers on: choose Plan for GPUs below to try one"
+        )
+
+    def _train_text(self) -> str:
+        return "unknown" if self._spec is None else f"{self._spec.n_ctx_train:,} tokens"
+
+    def _on_hardware_local_detected(self, hardware: Hardware) -> None:
+        ram = hardware.host.capacity_bytes
+        self.machine_label.setText(describe_hardware(hardware))
+        if ram:
+            with signals_blocked(self.ram_gib):
+                self.ram_gib.setValue(round(ram / GIB, 1))
+
+    def _on_hardware_changed(self, choice: HardwareChoice) -> None:
+        local = choice.source == "local"
+        if local != self.this_machine.isChecked():
+            with signals_blocked(self.this_machine, self.planned):
+                self.this_machine.setChecked(local)
+                self.planned.setChecked(not local)
+            self._set_plan_enabled(choice.source == "planned")
