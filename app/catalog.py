@@ -53,6 +53,7 @@ from typing import Final, Literal
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
 from app.errors import CatalogError
+from app.paths import data_dir
 from app.spec import ModelSpec
 
 __all__ = [
@@ -71,7 +72,7 @@ __all__ = [
     "parse_entry",
 ]
 
-CATALOG_DIR: Final = Path(__file__).resolve().parent.parent / "profiles" / "models"
+CATALOG_DIR: Final = data_dir() / "models"
 """Where the shipped catalog lives (``profiles/models/*.json``)."""
 
 CATALOG_PREFIX: Final = "catalog:"

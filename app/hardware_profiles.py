@@ -31,6 +31,7 @@ from typing import Final, Literal
 
 from app.errors import HardwareProfileError
 from app.hardware import Device, Hardware
+from app.paths import data_dir
 
 GIB: Final = 1024**3
 
@@ -173,7 +174,7 @@ class HardwareProfile:
 
 def builtin_profiles_dir() -> Path:
     """Return the folder of the built-in profiles (``profiles/hardware/`` in the source)."""
-    return Path(__file__).resolve().parent.parent / "profiles" / "hardware"
+    return data_dir() / "hardware"
 
 
 def user_profiles_dir() -> Path:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Final
 
 from app.errors import QualityProfileError
+from app.paths import data_dir
 
 __all__ = [
     "QUALITY_DIR",
@@ -41,7 +42,7 @@ __all__ = [
     "weight_quality",
 ]
 
-QUALITY_DIR: Final = Path(__file__).resolve().parent.parent / "profiles" / "quality"
+QUALITY_DIR: Final = data_dir() / "quality"
 """Where the shipped quality tables live."""
 
 SCHEMA_VERSION: Final = 1

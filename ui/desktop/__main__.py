@@ -1,9 +1,9 @@
 """Start the desktop app: ``ggtune-desktop`` or ``python -m ui.desktop``.
 
 ``--screenshot PATH`` renders the window on the demo model (or ``--model``) to a PNG and
-exits; ``--size WxH`` sets the window size and ``--view memory|verify`` the tab. Qt is
-imported inside :func:`main`, so runner's spawned children, which import this module, stay
-light.
+exits; ``--size WxH`` sets the window size and ``--view
+memory|verify|compare|recommend|export|hardware`` the tab. Qt is imported inside
+:func:`main`, so runner's spawned children, which import this module, stay light.
 """
 
 from __future__ import annotations
@@ -29,7 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("model", nargs="?", help="a .gguf file to open (default: the last one)")
     parser.add_argument("--screenshot", metavar="PATH", help="save the window as a PNG and exit")
     parser.add_argument("--size", type=_size, metavar="WxH", help="window size, e.g. 1000x700")
-    parser.add_argument("--view", choices=("memory", "verify"), default=None, help="tab to show")
+    parser.add_argument(
+        "--view",
+        choices=("memory", "verify", "compare", "recommend", "export", "hardware"),
+        default=None,
+        help="tab to show",
+    )
     return parser
 
 

@@ -6,18 +6,43 @@ import sys
 from typing import Final
 
 from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
+from app.paths import icons_dir
 from ui.desktop.main_window import MainWindow
 
 ORGANIZATION: Final = "ggtune"
 APPLICATION: Final = "ggtune"
+DESKTOP_FILE: Final = "ggtune"
+"""``packaging/linux/ggtune.desktop`` without the suffix: Wayland's app id, so docks and task
+bars match the window to its launcher and icon."""
 SCREENSHOT_TIMEOUT_MS: Final = 30_000
 
 
 def user_settings() -> QSettings:
     """Return the user's settings store (recent files, window state)."""
     return QSettings(ORGANIZATION, APPLICATION)
+
+
+def app_icon() -> QIcon:
+    """Return ggtune's icon from the PNGs in :func:`app.paths.icons_dir` (empty if none)."""
+    icon = QIcon()
+    for png in sorted(icons_dir().glob("ggtune-*.png")):
+        icon.addFile(str(png))
+    return icon
+
+
+def make_application() -> QApplication:
+    """Return the QApplication (made once), named and with the window icon set."""
+    app = QApplication.instance() or QApplication(sys.argv)
+    assert isinstance(app, QApplication), "a QApplication is needed"
+    app.setOrganizationName(ORGANIZATION)
+    app.setApplicationName(APPLICATION)
+    app.setApplicationDisplayName("ggtune")
+    app.setDesktopFileName(DESKTOP_FILE)
+    app.setWindowIcon(app_icon())
+    return app
 
 
 def run_app(
@@ -28,16 +53,14 @@ def run_app(
     view: str | None = None,
 ) -> int:
     """Show the main window and run the event loop; return the exit status."""
-    app = QApplication.instance() or QApplication(sys.argv)
-    assert isinstance(app, QApplication), "a QApplication is needed"
-    app.setOrganizationName(ORGANIZATION)
-    app.setApplicationName(APPLICATION)
-    app.setApplicationDisplayName("ggtune")
+    app = make_application()
     window = MainWindow(user_settings())
     if size is not None:
         window.resize(*size)
     if view is not None:
-        window.tabs.setCurrentIndex(0 if view == "memory" else 1)
+        tabs = window.tabs
+        titles = [tabs.tabText(i).replace("&", "").lower() for i in range(tabs.count())]
+        window.tabs.setCurrentIndex(titles.index(view) if view in titles else 0)
     window.show()
     if model:
         window.models.open_path(model)

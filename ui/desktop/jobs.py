@@ -56,9 +56,34 @@ class _Relay(QObject):
             self.deleteLater()
 
 
+class _Reaper(QObject):
+    """Lives on the GUI thread and drops finished jobs there.
+
+    PySide6 crashes (a use of a freed thread state in ``Shiboken::Object::destroy``, seen
+    as heap corruption or SIGSEGV) when Qt deletes a Python ``QRunnable`` on the pool
+    thread after ``run()``. So jobs are not auto-deleted: :data:`_LIVE` owns them until
+    they are done, and the last reference goes away here, on the GUI thread.
+    """
+
+    reap = Signal(object)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reap.connect(self._on_reap)
+
+    @Slot(object)
+    def _on_reap(self, job: object) -> None:
+        _LIVE.discard(job)
+
+
+_LIVE: set[_Job] = set()
+_REAPER: list[_Reaper] = []
+
+
 class _Job(QRunnable):
     def __init__(self, fn: Callable[[], object], relay: _Relay) -> None:
         super().__init__()
+        self.setAutoDelete(False)
         self._fn = fn
         self._relay = relay
 
@@ -73,6 +98,8 @@ class _Job(QRunnable):
         # RuntimeError: the relay's parent was destroyed meanwhile, nobody is waiting
         with contextlib.suppress(RuntimeError):
             self._relay.done.emit(result, error)
+        del result, error
+        _REAPER[0].reap.emit(self)
 
 
 def job_pool() -> QThreadPool:
@@ -91,5 +118,9 @@ def run_job(
 
     Call on the GUI thread; the callbacks run there too, after this returns.
     """
+    if not _REAPER:
+        _REAPER.append(_Reaper())
     relay = _Relay(on_success, on_failure, parent)
-    job_pool().start(_Job(fn, relay))
+    job = _Job(fn, relay)
+    _LIVE.add(job)
+    job_pool().start(job)

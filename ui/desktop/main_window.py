@@ -34,11 +34,15 @@ from PySide6.QtWidgets import (
 )
 
 from app.hardware import Hardware
+from ui.desktop.compare_panel import CompareController, ComparePanel
 from ui.desktop.estimate_controller import EstimateController
+from ui.desktop.export_panel import ExportController, ExportPanel
 from ui.desktop.hardware import HardwareController
+from ui.desktop.hardware_panel import HardwarePanel
 from ui.desktop.memory_view import MemoryPanel
 from ui.desktop.model_card import LoadedModel
 from ui.desktop.models_panel import ModelController, ModelFailure, ModelsPanel
+from ui.desktop.recommend_panel import RecommendController, RecommendPanel
 from ui.desktop.settings_panel import SettingsPanel
 from ui.desktop.verify_panel import VerifyController, VerifyPanel
 
@@ -124,6 +128,21 @@ class MainWindow(QMainWindow):
         self.verify_panel = VerifyPanel(self.verify, self.start_dry_run)
         self.tabs.addTab(self.memory_panel, "Memory")
         self.tabs.addTab(self.verify_panel, "Verify")
+        speed = self.memory_panel.speed
+        self.compare = CompareController(self.estimates, speed, self)
+        self.compare_panel = ComparePanel(self.compare, self.estimates)
+        self.recommender = RecommendController(self.estimates, speed, self)
+        self.recommend_panel = RecommendPanel(self.recommender)
+        self.tabs.addTab(self.compare_panel, "Compare")
+        self.tabs.addTab(self.recommend_panel, "Recommend")
+        tip = self.tabs.setTabToolTip
+        tip(self.tabs.indexOf(self.compare_panel), "Every quant level side by side (Ctrl+3)")
+        tip(self.tabs.indexOf(self.recommend_panel), "Settings for what matters to you (Ctrl+4)")
+        self.exports = ExportController(self.estimates, self)
+        self.export_panel = ExportPanel(self.exports)
+        self.hardware_panel = HardwarePanel(self.hardware)
+        self.tabs.addTab(self.export_panel, "Export")
+        self.tabs.addTab(self.hardware_panel, "Hardware")
         self.tabs.setTabToolTip(0, "Where the memory goes, per device (Ctrl+1)")
         self.tabs.setTabToolTip(1, "Check the estimate against llama.cpp (Ctrl+2)")
         column.addWidget(self.tabs, 1)
@@ -195,6 +214,14 @@ class MainWindow(QMainWindow):
         self.verify_action = self._action("&Verify", "Ctrl+2", lambda: self.tabs.setCurrentIndex(1))
         view_menu.addAction(self.memory_action)
         view_menu.addAction(self.verify_action)
+        self.compare_action = self._action(
+            "&Compare", "Ctrl+3", lambda: self.tabs.setCurrentWidget(self.compare_panel)
+        )
+        self.recommend_action = self._action(
+            "&Recommend", "Ctrl+4", lambda: self.tabs.setCurrentWidget(self.recommend_panel)
+        )
+        view_menu.addAction(self.compare_action)
+        view_menu.addAction(self.recommend_action)
         view_menu.addSeparator()
         for dock in (self.models_dock, self.settings_dock):
             view_menu.addAction(dock.toggleViewAction())
@@ -317,3 +344,4 @@ class MainWindow(QMainWindow):
     def start(self) -> None:
         """Open the last model, or the demo model, once the event loop runs."""
         QTimer.singleShot(0, self.models.open_last_or_demo)
+        QTimer.singleShot(0, self.models.scan_library)

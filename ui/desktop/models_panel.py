@@ -1,17 +1,25 @@
-"""The Models panel: the demo model and recently opened files, search, Open file…, and the
-card of the open model.
+"""The Models panel: the demo model and recently opened files, the library, search,
+Open file…, and the card of the open model.
 
 :class:`ModelController` owns which model is open and the recent files (kept in
 ``QSettings``); it reads headers on the job pool and answers with ``model_loaded`` or
 ``model_failed``. A failed open leaves the previous model open. :class:`ModelListModel` is
 the list (a ``QAbstractListModel`` over :class:`ModelEntry` tuples); the panel filters it
 with a ``QSortFilterProxyModel``.
+
+The library (:func:`app.library.scan_library`: Ollama, LM Studio, the Hugging Face cache,
+added folders, the demo models) is scanned on the job pool when the app starts and on
+Rescan; :class:`LibraryTreeModel` groups its entries by source and lists what the scan
+skipped (broken manifests, files that are not GGUF) under "Skipped", never failing for
+them. Choosing an entry opens it like a file. ``ggtune library`` is its CLI twin.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 from PySide6.QtCore import (
@@ -24,7 +32,9 @@ from PySide6.QtCore import (
     Qt,
     Signal,
 )
+from PySide6.QtGui import QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import (
+    QFileDialog,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
@@ -34,10 +44,12 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSizePolicy,
+    QTreeView,
     QVBoxLayout,
     QWidget,
 )
 
+from app.library import Library, LibraryEntry, LibraryIssue, Source, add_folder, scan_library
 from ui.desktop.jobs import run_job
 from ui.desktop.model_card import LoadedModel, describe_error, load_demo_model, load_model
 
@@ -136,21 +148,121 @@ class ModelListModel(QAbstractListModel):
         return None
 
 
+LIBRARY_GROUPS: Final[tuple[tuple[Source, str], ...]] = (
+    ("ollama", "Ollama"),
+    ("lmstudio", "LM Studio"),
+    ("huggingface", "Hugging Face cache"),
+    ("folder", "Added folders"),
+    ("demo", "Demo models"),
+)
+SKIPPED_TITLE: Final = "Skipped"
+
+LibraryItem = LibraryEntry | LibraryIssue
+
+
+def library_groups(library: Library) -> tuple[tuple[str, tuple[LibraryItem, ...]], ...]:
+    """Return ``library`` grouped by source in a fixed order, then the issues; no empty group."""
+    groups: list[tuple[str, tuple[LibraryItem, ...]]] = []
+    for source, title in LIBRARY_GROUPS:
+        entries = tuple(e for e in library.entries if e.source == source)
+        if entries:
+            groups.append((title, entries))
+    if library.issues:
+        groups.append((SKIPPED_TITLE, library.issues))
+    return tuple(groups)
+
+
+def entry_label(entry: LibraryEntry) -> str:
+    """Return the line shown for a library entry: its name, and what else to know."""
+    extra = " [projector]" if entry.kind == "projector" else ""
+    if entry.duplicate_of:
+        extra += f" (same file as {entry.duplicate_of})"
+    return f"{entry.name}{extra}"
+
+
+class LibraryTreeModel(QStandardItemModel):
+    """The library by source: group rows, each with its entries (read-only, one column).
+
+    ``Qt.UserRole`` gives the :class:`~app.library.LibraryEntry` or
+    :class:`~app.library.LibraryIssue` of an entry row (None for a group), :data:`SEARCH_ROLE`
+    the searched text. (A ``QStandardItemModel``: Qt owns the tree's parent links.)
+    """
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._groups: tuple[tuple[str, tuple[LibraryItem, ...]], ...] = ()
+
+    @property
+    def groups(self) -> tuple[tuple[str, tuple[LibraryItem, ...]], ...]:
+        """The groups shown: (title, items)."""
+        return self._groups
+
+    def set_library(self, library: Library) -> None:
+        """Show ``library``."""
+        self._groups = library_groups(library)
+        self.clear()
+        root = self.invisibleRootItem()
+        for title, items in self._groups:
+            group = QStandardItem(f"{title} ({len(items)})")
+            group.setData(title, SEARCH_ROLE)
+            group.setFlags(Qt.ItemFlag.ItemIsEnabled)
+            for item in items:
+                group.appendRow(_library_item(item))
+            root.appendRow(group)
+
+
+def _library_item(item: LibraryItem) -> QStandardItem:
+    if isinstance(item, LibraryIssue):
+        row = QStandardItem(f"{os.path.basename(item.path) or item.path}: {item.message}")
+        row.setToolTip(f"{item.path}\n{item.message}")
+        row.setData(f"{item.path}\n{item.message}", SEARCH_ROLE)
+    else:
+        row = QStandardItem(entry_label(item))
+        row.setToolTip(item.path)
+        row.setData(
+            f"{item.name}\n{item.path}\n{item.architecture or ''}\n{item.model_name or ''}",
+            SEARCH_ROLE,
+        )
+    row.setData(item, Qt.ItemDataRole.UserRole)
+    row.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable)
+    return row
+
+
 class ModelController(QObject):
     """Open models off the GUI thread and remember recent files (GUI thread).
 
     Signals: ``loading(str)`` with the file being read, ``model_loaded(LoadedModel)``,
-    ``model_failed(ModelFailure)``, ``busy_changed(bool)``.
+    ``model_failed(ModelFailure)``, ``busy_changed(bool)``; for the library
+    ``library_scanning(bool)``, ``library_changed(Library)`` and ``library_failed(str)``.
+
+    ``library_scan`` scans the library (default :func:`app.library.scan_library` over this
+    machine's stores); ``library_config`` is the file :func:`~app.library.add_folder`
+    keeps the added folders in (default: the user config folder's). Tests pass their own.
     """
 
     loading = Signal(str)
     model_loaded = Signal(object)
     model_failed = Signal(object)
     busy_changed = Signal(bool)
+    library_scanning = Signal(bool)
+    library_changed = Signal(object)
+    library_failed = Signal(str)
 
-    def __init__(self, settings: QSettings, parent: QObject | None = None) -> None:
+    def __init__(
+        self,
+        settings: QSettings,
+        parent: QObject | None = None,
+        *,
+        library_scan: Callable[[], Library] = scan_library,
+        library_config: Path | None = None,
+    ) -> None:
         super().__init__(parent)
         self._settings = settings
+        self._library_scan = library_scan
+        self._library_config = library_config
+        self._library: Library | None = None
+        self._library_serial = 0
+        self.library_model = LibraryTreeModel(self)
         self.list_model = ModelListModel(self)
         self._current: LoadedModel | None = None
         self._serial = 0
@@ -196,6 +308,26 @@ class ModelController(QObject):
             self.open_demo()
         else:
             self.open_path(entry.path)
+
+    @property
+    def library(self) -> Library | None:
+        """The library as last scanned, or None before the first scan ended."""
+        return self._library
+
+    def scan_library(self) -> None:
+        """Scan the library on the job pool (headers only, cached); answer by signal."""
+        self._start_library_job(self._library_scan)
+
+    def add_library_folder(self, folder: str) -> None:
+        """Add ``folder`` to the folders scanned from now on, then rescan (on the pool)."""
+        config = self._library_config
+        scan = self._library_scan
+
+        def job() -> Library:
+            add_folder(folder, config)
+            return scan()
+
+        self._start_library_job(job)
 
     def forget(self, path: str) -> None:
         """Remove ``path`` from the recent files."""
@@ -250,8 +382,38 @@ class ModelController(QObject):
     def _save(self) -> None:
         self._settings.setValue(RECENT_KEY, list(self._recent))
 
+    def _start_library_job(self, job: Callable[[], Library]) -> None:
+        self._library_serial += 1
+        serial = self._library_serial
+        self.library_scanning.emit(True)
+        run_job(
+            job,
+            on_success=lambda library: self._on_library_done(serial, library),
+            on_failure=lambda err: self._on_library_failed(serial, err),
+            parent=self,
+        )
+
+    def _on_library_done(self, serial: int, library: Library) -> None:
+        if serial != self._library_serial:
+            return  # a later scan supersedes this one
+        self._library = library
+        self.library_model.set_library(library)
+        self.library_scanning.emit(False)
+        self.library_changed.emit(library)
+
+    def _on_library_failed(self, serial: int, error: Exception) -> None:
+        if serial != self._library_serial:
+            return
+        self.library_scanning.emit(False)
+        self.library_failed.emit(describe_error(error))
+
     def _refresh_list(self) -> None:
         self.list_model.set_entries((DEMO_ENTRY, *(entry_for(p) for p in self._recent)))
+
+
+def _ask_folder(parent: QWidget) -> str | None:
+    folder = QFileDialog.getExistingDirectory(parent, "Add a folder of models")
+    return folder or None
 
 
 class ModelsPanel(QWidget):
@@ -293,6 +455,44 @@ class ModelsPanel(QWidget):
         self.model_list.clicked.connect(self._on_list_activated)
         layout.addWidget(self.model_list, 1)
 
+        library_box = QGroupBox("Library")
+        library_layout = QVBoxLayout(library_box)
+        library_layout.setContentsMargins(4, 4, 4, 4)
+        self.library_proxy = QSortFilterProxyModel(self)
+        self.library_proxy.setSourceModel(controller.library_model)
+        self.library_proxy.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        self.library_proxy.setFilterRole(SEARCH_ROLE)
+        self.library_proxy.setRecursiveFilteringEnabled(True)
+        self.search.textChanged.connect(self._on_search_text_changed)
+        self.library_tree = QTreeView()
+        self.library_tree.setModel(self.library_proxy)
+        self.library_tree.setHeaderHidden(True)
+        self.library_tree.setAccessibleName("Library")
+        self.library_tree.setUniformRowHeights(True)
+        self.library_tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.library_tree.setToolTip(
+            "Models already on this machine: Ollama, LM Studio, the Hugging Face cache, "
+            "folders you added"
+        )
+        self.library_tree.activated.connect(self._on_library_activated)
+        self.library_tree.clicked.connect(self._on_library_activated)
+        library_layout.addWidget(self.library_tree, 1)
+        library_row = QHBoxLayout()
+        self.rescan_button = QPushButton("&Rescan")
+        self.rescan_button.setToolTip("Look for models again")
+        self.rescan_button.clicked.connect(controller.scan_library)
+        self.add_folder_button = QPushButton("&Add folder…")
+        self.add_folder_button.setToolTip("Scan a folder of .gguf files from now on")
+        self.add_folder_button.clicked.connect(self.add_folder)
+        library_row.addWidget(self.rescan_button)
+        library_row.addWidget(self.add_folder_button)
+        library_layout.addLayout(library_row)
+        self.library_status = QLabel("Not scanned yet")
+        self.library_status.setWordWrap(True)
+        library_layout.addWidget(self.library_status)
+        layout.addWidget(library_box, 2)
+        self.ask_folder: Callable[[QWidget], str | None] = _ask_folder
+
         self.open_button = QPushButton("&Open file…")
         self.open_button.setToolTip("Open a .gguf model file (Ctrl+O); you can also drop one here")
         self.open_button.clicked.connect(open_file)
@@ -321,6 +521,49 @@ class ModelsPanel(QWidget):
 
         controller.model_loaded.connect(self._on_controller_model_loaded)
         controller.loading.connect(self._on_controller_loading)
+        controller.library_scanning.connect(self._on_controller_library_scanning)
+        controller.library_changed.connect(self._on_controller_library_changed)
+        controller.library_failed.connect(self._on_controller_library_failed)
+
+    def add_folder(self) -> None:
+        """Ask for a folder, add it to the library and rescan."""
+        folder = self.ask_folder(self)
+        if folder:
+            self._controller.add_library_folder(folder)
+
+    def _on_search_text_changed(self, text: str) -> None:
+        self.library_proxy.setFilterFixedString(text)
+        self.library_tree.expandAll()
+
+    def _on_library_activated(self, index: QModelIndex) -> None:
+        self.open_library_index(index)
+
+    def open_library_index(self, index: QModelIndex) -> None:
+        """Open the model of a library row (a heading or a skipped file does nothing)."""
+        item = index.data(Qt.ItemDataRole.UserRole)
+        if not isinstance(item, LibraryEntry) or item.kind != "model":
+            return
+        current = self._controller.current
+        if current is not None and os.path.abspath(item.path) == current.path:
+            return
+        self._controller.open_path(item.path)
+
+    def _on_controller_library_scanning(self, scanning: bool) -> None:
+        self.rescan_button.setEnabled(not scanning)
+        self.add_folder_button.setEnabled(not scanning)
+        if scanning:
+            self.library_status.setText("Scanning…")
+
+    def _on_controller_library_changed(self, library: Library) -> None:
+        self.library_tree.expandAll()
+        models = sum(1 for e in library.entries if e.kind == "model")
+        text = f"{models} model{'s' if models != 1 else ''}"
+        if library.issues:
+            text += f", {len(library.issues)} skipped (see Skipped)"
+        self.library_status.setText(text)
+
+    def _on_controller_library_failed(self, message: str) -> None:
+        self.library_status.setText(f"Library not scanned: {message}")
 
     def _on_list_activated(self, index: QModelIndex) -> None:
         entry = index.data(Qt.ItemDataRole.UserRole)

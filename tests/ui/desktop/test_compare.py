@@ -1,0 +1,196 @@
+"""Compare tab and the memory view's speed line on the real demo model.
+
+Expected numbers come from the core (``ui.cli_plan.compare_rows`` over
+``app.planner.quant_options``, ``app.quant.simulate_quant``, ``app.speed.predict_speed``):
+the window shows what ``ggtune compare`` prints, and nothing else.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QSettings, Qt
+from pytestqt.modeltest import ModelTester
+from pytestqt.qtbot import QtBot
+
+from app.planner import COMPARE_QUANTS, max_users, quant_options
+from app.quant import simulate_quant
+from app.speed import predict_speed
+from tests.ui.desktop.test_main_window import TEST_HARDWARE, make_window
+from ui.cli_plan import compare_rows
+from ui.desktop.compare_panel import CompareTableModel, compare_table
+from ui.desktop.main_window import MainWindow
+from ui.desktop.memory_view import (
+    SPEED_PROMPT_TOKENS,
+    USERS_MIN_TOK_PER_S,
+    speed_depth,
+    users_goal,
+)
+
+RESULT_TIMEOUT_MS = 30_000
+
+
+@pytest.fixture
+def window(qtbot: QtBot, qsettings: QSettings) -> MainWindow:
+    w = make_window(qtbot, qsettings)
+    w.estimates.update(n_ctx=4096, n_parallel=1, kv_unified=False)
+    w.tabs.setCurrentWidget(w.compare_panel)  # Compare works out rows only while shown
+    return w
+
+
+def wait_for_rows(qtbot: QtBot, window: MainWindow) -> None:
+    def settled() -> None:
+        result = window.compare.result
+        assert result is not None
+        assert result.settings == window.estimates.settings
+        assert not window.compare.busy
+
+    qtbot.waitUntil(settled, timeout=RESULT_TIMEOUT_MS)
+
+
+def test_rows_match_ggtune_compare(qtbot: QtBot, window: MainWindow) -> None:
+    window.tabs.setCurrentWidget(window.compare_panel)
+    wait_for_rows(qtbot, window)
+    spec = window.estimates.model.spec  # type: ignore[union-attr]
+    settings = window.estimates.settings
+    options = quant_options(spec, names=COMPARE_QUANTS, file_bytes=None)
+    factors = window.memory_panel.speed.factors
+    expected = compare_rows(spec, options, settings, TEST_HARDWARE, factors)
+    rows = window.compare.result.rows  # type: ignore[union-attr]
+    assert [r.quant for r in rows] == [e["quant"] for e in expected]
+    assert len(rows) >= 10
+    for row, e in zip(rows, expected, strict=True):
+        assert row.origin == e["origin"]
+        assert row.bits_per_weight == e["bits_per_weight"]
+        assert row.fits == e["fits"]
+        assert row.decode_tok_per_s == e["decode_tok_per_s"]
+        assert row.kld == e["kld"]
+        assert {n: b for n, b, _c in row.devices} == e["devices"]
+        if not row.on_disk:
+            assert row.file_bytes == simulate_quant(spec, row.quant).file_bytes
+    on_disk = [r for r in rows if r.on_disk]
+    assert [r.quant for r in on_disk] == ["Q4_K_M"]
+    model = window.compare_panel.table_model
+    assert model.rowCount() == len(rows)
+    assert model.index(0, 0).data() == rows[0].quant
+    qtbot.waitUntil(lambda: window.compare_panel.chart.paint_count > 0, timeout=5_000)
+
+
+def test_rows_follow_the_context_slider(qtbot: QtBot, window: MainWindow) -> None:
+    wait_for_rows(qtbot, window)
+    before = window.compare.result
+    window.estimates.update(n_ctx=16384)
+    wait_for_rows(qtbot, window)
+    after = window.compare.result
+    assert before is not None
+    assert after is not None
+    assert after.settings.n_ctx == 16384
+    assert after.rows[0].total_bytes > before.rows[0].total_bytes
+
+
+def test_selecting_a_simulated_row_says_what_to_do(qtbot: QtBot, window: MainWindow) -> None:
+    window.tabs.setCurrentWidget(window.compare_panel)
+    wait_for_rows(qtbot, window)
+    panel = window.compare_panel
+    rows = panel.table_model.rows
+    simulated = next(i for i, r in enumerate(rows) if not r.on_disk)
+    panel.table.selectRow(simulated)
+    assert "llama-quantize" in panel.hint_label.text()
+    assert rows[simulated].quant in panel.hint_label.text()
+    own = next(i for i, r in enumerate(rows) if r.on_disk)
+    panel.table.selectRow(own)
+    assert "file you have open" in panel.hint_label.text()
+
+
+def test_table_model_passes_the_model_tester(
+    qtbot: QtBot, qtmodeltester: ModelTester, window: MainWindow
+) -> None:
+    wait_for_rows(qtbot, window)
+    model = CompareTableModel()
+    qtmodeltester.check(model)
+    assert window.compare.result is not None
+    model.set_result(window.compare.result)
+    qtmodeltester.check(model)
+    for role in (Qt.ItemDataRole.ToolTipRole, Qt.ItemDataRole.UserRole):
+        for c in range(model.columnCount()):
+            model.index(0, c).data(role)
+    spec = window.estimates.model.spec  # type: ignore[union-attr]
+    fewer = compare_table(
+        spec,
+        quant_options(spec, simulate=None),
+        window.estimates.settings,
+        TEST_HARDWARE,
+        window.memory_panel.speed.factors,
+    )
+    model.set_result(fewer)
+    qtmodeltester.check(model)
+    assert model.rowCount() == 1
+
+
+def test_compare_failure_is_a_banner_not_a_traceback(
+    qtbot: QtBot, window: MainWindow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    window.tabs.setCurrentWidget(window.compare_panel)
+    wait_for_rows(qtbot, window)
+
+    def broken(*_args: object) -> None:
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr("ui.desktop.compare_panel.compare_rows", broken)
+    with qtbot.waitSignal(window.compare.failed, timeout=RESULT_TIMEOUT_MS):
+        window.estimates.update(n_ctx=8192)
+    label = window.compare_panel.error_label
+    assert label.isVisible()
+    assert "Could not compare the quants" in label.text()
+    assert "boom" in label.text()
+    assert "Traceback" not in label.text()
+
+
+def test_memory_view_shows_speed_and_users(qtbot: QtBot, window: MainWindow) -> None:
+    speed = window.memory_panel.speed
+    qtbot.waitUntil(lambda: speed.summary.capacity is not None, timeout=RESULT_TIMEOUT_MS)
+    spec = window.estimates.model.spec  # type: ignore[union-attr]
+    settings = window.estimates.settings
+    expected = predict_speed(
+        spec,
+        settings,
+        TEST_HARDWARE,
+        depth=speed_depth(settings),
+        n_prompt=SPEED_PROMPT_TOKENS,
+        factors=speed.factors,
+    )
+    summary = speed.summary
+    assert summary.prediction == expected
+    users = max_users(
+        spec,
+        TEST_HARDWARE,
+        ctx_per_user=4096,
+        min_tok_per_s=USERS_MIN_TOK_PER_S,
+        goal=users_goal(settings, window.estimates.state.margin_bytes),
+        options=quant_options(spec, simulate=None),
+        factors=speed.factors,
+        max_n=256,
+    )
+    assert summary.capacity is not None
+    assert summary.capacity.n_users == users.n_users
+    text = window.memory_panel.speed_label.text()
+    assert "tok/s writing" in text
+    assert f"{users.n_users} user" in text
+    assert "first token after" in text
+
+
+def test_rows_wait_while_the_tab_is_hidden(qtbot: QtBot, window: MainWindow) -> None:
+    wait_for_rows(qtbot, window)
+    window.tabs.setCurrentWidget(window.memory_panel)
+    window.estimates.update(n_ctx=8192)
+    qtbot.wait(400)  # longer than the debounce: nothing may start while hidden
+    result = window.compare.result
+    assert result is not None
+    assert result.settings.n_ctx == 4096
+    window.tabs.setCurrentWidget(window.compare_panel)
+    wait_for_rows(qtbot, window)
+    assert window.compare.result is not None
+    assert window.compare.result.settings.n_ctx == 8192

@@ -1,0 +1,140 @@
+"""Recommend tab on the real demo model: the plan is app.planner's, Apply sets the sliders,
+Cancel drops the answer, errors are a banner."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QSettings, Qt
+from pytestqt.qtbot import QtBot
+
+from app.errors import GGTuneError
+from app.estimate import estimate
+from app.planner import COMPARE_QUANTS, Goal, quant_options, recommend
+from tests.ui.desktop.test_main_window import TEST_HARDWARE, make_window
+from ui.desktop.estimate_controller import fit_settings
+from ui.desktop.main_window import MainWindow
+from ui.desktop.recommend_panel import GoalForm, RecommendOutcome
+
+PLAN_TIMEOUT_MS = 30_000
+
+
+@pytest.fixture
+def window(qtbot: QtBot, qsettings: QSettings) -> MainWindow:
+    w = make_window(qtbot, qsettings)
+    qtbot.waitUntil(lambda: not w.recommender.busy, timeout=PLAN_TIMEOUT_MS)
+    return w
+
+
+def run(qtbot: QtBot, window: MainWindow, form: GoalForm) -> RecommendOutcome:
+    panel = window.recommend_panel
+    panel.set_form(form)
+    assert panel.form() == form
+    with qtbot.waitSignal(window.recommender.finished, timeout=PLAN_TIMEOUT_MS) as done:
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    outcome = done.args[0]
+    assert isinstance(outcome, RecommendOutcome)
+    return outcome
+
+
+def test_plan_matches_the_planner(qtbot: QtBot, window: MainWindow) -> None:
+    form = GoalForm("users", n_users=4, min_tok_per_s=5.0, ctx=4096)
+    outcome = run(qtbot, window, form)
+    spec = window.estimates.model.spec  # type: ignore[union-attr]
+    goal = Goal("users", ctx=4096, n_users=4, min_tok_per_s=5.0)
+    expected = recommend(
+        spec,
+        TEST_HARDWARE,
+        goal,
+        options=quant_options(spec, names=COMPARE_QUANTS),
+        factors=window.memory_panel.speed.factors,
+    )
+    rec = outcome.recommendation
+    assert rec.why == expected.why
+    assert rec.best is not None
+    assert expected.best is not None
+    assert rec.best.settings == expected.best.settings
+    assert rec.best.quant.name == expected.best.quant.name
+    panel = window.recommend_panel
+    assert panel.why_label.text() == expected.why
+    assert rec.best.quant.name in panel.settings_label.text()
+    assert panel.runner_up_label.text().startswith("Runner-up")
+    assert panel.apply_button.isEnabled()
+    assert not panel.progress.isVisible()
+
+
+def test_apply_sets_the_sliders_for_the_open_file(qtbot: QtBot, window: MainWindow) -> None:
+    outcome = run(qtbot, window, GoalForm("longest-context", only_open_file=True))
+    best = outcome.recommendation.best
+    assert best is not None
+    assert best.quant.on_disk
+    panel = window.recommend_panel
+    with qtbot.waitSignal(window.estimates.settings_changed, timeout=5_000):
+        qtbot.mouseClick(panel.apply_button, Qt.MouseButton.LeftButton)
+    spec = window.estimates.model.spec  # type: ignore[union-attr]
+    assert window.estimates.settings == fit_settings(spec, best.settings)
+    assert window.estimates.state.estimate == estimate(spec, best.settings, TEST_HARDWARE)
+    assert window.settings_panel.context.slider.isEnabled()
+    assert "file you have open" in panel.apply_label.text()
+
+
+def test_apply_for_another_quant_explains_the_download(qtbot: QtBot, window: MainWindow) -> None:
+    outcome = run(qtbot, window, GoalForm("best-quality", ctx=4096))
+    best = outcome.recommendation.best
+    assert best is not None
+    assert not best.quant.on_disk  # F16 beats the open Q4_K_M on quality
+    note = window.recommender.apply()
+    assert note is not None
+    assert "download" in note
+    assert best.quant.name in note
+    assert window.estimates.settings == fit_settings(
+        window.estimates.model.spec,  # type: ignore[union-attr]
+        best.settings,
+    )
+    assert window.recommend_panel.apply_label.text() == note
+
+
+def test_cancel_drops_the_answer(qtbot: QtBot, window: MainWindow) -> None:
+    finished: list[object] = []
+    window.recommender.finished.connect(finished.append)
+    window.recommend_panel.set_form(GoalForm("fastest"))
+    window.recommend_panel.run_button.click()
+    assert window.recommender.busy
+    assert window.recommend_panel.cancel_button.isEnabled()
+    window.recommend_panel.cancel_button.click()
+    assert not window.recommender.busy
+    assert not window.recommend_panel.cancel_button.isEnabled()
+    qtbot.wait(300)
+    assert finished == []
+
+
+def test_planner_error_is_a_banner(
+    qtbot: QtBot, window: MainWindow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise GGTuneError("the planner cannot answer this")
+
+    monkeypatch.setattr("ui.desktop.recommend_panel.recommend", broken)
+    window.tabs.setCurrentWidget(window.recommend_panel)
+    qtbot.waitUntil(lambda: not window.recommender.busy, timeout=PLAN_TIMEOUT_MS)
+    panel = window.recommend_panel
+    with qtbot.waitSignal(window.recommender.failed, timeout=PLAN_TIMEOUT_MS):
+        panel.run_button.click()
+    assert panel.error_label.isVisible()
+    assert panel.error_label.text() == "Could not plan: the planner cannot answer this"
+    assert not panel.progress.isVisible()
+
+
+def test_nonsense_goal_is_refused_in_words(qtbot: QtBot, window: MainWindow) -> None:
+    form = dataclasses.replace(GoalForm("users"), n_users=0)
+    failed: list[str] = []
+    window.recommender.failed.connect(failed.append)
+    window.recommender.run(form)
+    assert failed
+    assert failed[0].startswith("Cannot plan for that: users must be ≥ 1")
+    assert not window.recommender.busy

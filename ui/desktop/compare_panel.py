@@ -1,0 +1,716 @@
+"""The Compare tab: every quant level of the open model side by side, as a table and a chart.
+
+:class:`CompareController` works out one :class:`CompareRow` per quant (the file on disk and
+the levels :func:`app.quant.simulate_quant` derives from it) at the settings on screen,
+with the most GPU layers that fit, exactly as ``ggtune compare`` does (it reuses
+:func:`ui.cli_plan.compare_rows`). The quant options are simulated once per model; the rows
+are recomputed on the job pool, debounced, when the settings, the model, the hardware or
+the speed factors change. :class:`CompareTableModel` and :class:`CompareChartWidget`
+display them; :class:`ComparePanel` adds what to do about the selected row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QItemSelection,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QPointF,
+    QRectF,
+    QSize,
+    Qt,
+    Signal,
+)
+from PySide6.QtGui import (
+    QBrush,
+    QColor,
+    QFontMetrics,
+    QHideEvent,
+    QMouseEvent,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QPen,
+    QShowEvent,
+)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QSizePolicy,
+    QSplitter,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.hardware import Hardware
+from app.planner import COMPARE_QUANTS, QuantOption, fmt_ctx, quant_options
+from app.settings import Settings
+from app.spec import ModelSpec
+from app.speed import SpeedFactors
+from app.verdict import format_size
+from ui.cli_plan import compare_rows
+from ui.desktop.estimate_controller import EstimateController, EstimateState
+from ui.desktop.memory_view import LatestJob, SpeedController, model_file_bytes
+from ui.desktop.model_card import describe_error
+
+ChartMetric = Literal["memory", "speed"]
+
+
+@dataclass(frozen=True, slots=True)
+class CompareRow:
+    """One quant level at the settings (bytes, tok/s; KLD against FP16).
+
+    ``devices`` is (device name, bytes used, capacity bytes or None) per device;
+    ``kld_nearest`` is the KLD of the nearest measured bits/weight when ``kld`` is None.
+    """
+
+    quant: str
+    origin: str
+    on_disk: bool
+    file_bytes: int
+    bits_per_weight: float
+    devices: tuple[tuple[str, int, int | None], ...]
+    fits: bool | None
+    gpu_layers: int
+    n_layers: int
+    n_cpu_moe: int
+    has_gpu: bool
+    decode_tok_per_s: float
+    prefill_tok_per_s: float
+    kld: float | None
+    kld_nearest: float
+    delta_ppl: float | None
+    quality_model: str | None
+    needs_imatrix: bool
+
+    @property
+    def total_bytes(self) -> int:
+        """Return the memory on all devices together, bytes."""
+        return sum(d[1] for d in self.devices)
+
+    @property
+    def fits_text(self) -> str:
+        """Return "yes", "NO", "12/31 on GPU" … as ``ggtune compare`` prints it."""
+        text = {True: "yes", False: "NO", None: "?"}[self.fits]
+        if self.fits is not False and self.has_gpu and self.gpu_layers < self.n_layers:
+            return f"{self.gpu_layers}/{self.n_layers} on GPU"
+        if self.fits is not False and self.n_cpu_moe:
+            return f"experts of {self.n_cpu_moe} on CPU"
+        return text
+
+    @property
+    def quality_text(self) -> str:
+        """Return the KLD (``~`` for the nearest measured bits/weight)."""
+        if self.kld is not None:
+            return f"{self.kld:.4f}"
+        return f"~{self.kld_nearest:.3f}"
+
+
+@dataclass(frozen=True, slots=True)
+class CompareResult:
+    """The rows for one model, settings and hardware, and where the speeds come from."""
+
+    model_path: str
+    settings: Settings
+    device_names: tuple[str, ...]
+    rows: tuple[CompareRow, ...]
+    speed_source: str
+
+
+def compare_table(
+    spec: ModelSpec,
+    options: tuple[QuantOption, ...],
+    settings: Settings,
+    hardware: Hardware,
+    factors: SpeedFactors,
+) -> CompareResult:
+    """Return the rows of ``ggtune compare`` at ``settings`` as dataclasses (pure)."""
+    capacity = {d.name: d.capacity_bytes for d in hardware.devices}
+    rows = []
+    for r in compare_rows(spec, options, settings, hardware, factors):
+        devices = tuple((name, int(n), capacity.get(name)) for name, n in r["devices"].items())
+        rows.append(
+            CompareRow(
+                quant=r["quant"],
+                origin=r["origin"],
+                on_disk=r["origin"] != "simulated",
+                file_bytes=r["file_bytes"],
+                bits_per_weight=r["bits_per_weight"],
+                devices=devices,
+                fits=r["fits"],
+                gpu_layers=r["gpu_layers"],
+                n_layers=r["n_layers"],
+                n_cpu_moe=r["n_cpu_moe"],
+                has_gpu=bool(hardware.gpus),
+                decode_tok_per_s=r["decode_tok_per_s"],
+                prefill_tok_per_s=r["prefill_tok_per_s"],
+                kld=r["kld"],
+                kld_nearest=r["kld_nearest"],
+                delta_ppl=r["delta_ppl"],
+                quality_model=r["quality_measured_on"],
+                needs_imatrix=r["needs_imatrix"],
+            )
+        )
+    return CompareResult(
+        model_path=spec.path,
+        settings=settings,
+        device_names=tuple(d.name for d in hardware.devices),
+        rows=tuple(rows),
+        speed_source=factors.source,
+    )
+
+
+def compare_options(spec: ModelSpec) -> tuple[QuantOption, ...]:
+    """Return the file's own quant and every simulated level (reads the file size; pool)."""
+    return quant_options(spec, names=COMPARE_QUANTS, file_bytes=model_file_bytes(spec))
+
+
+def what_to_do(row: CompareRow, spec: ModelSpec) -> str:
+    """Return, in plain words, how to get the quant of ``row`` (the selected row's hint)."""
+    if row.on_disk:
+        return f"{row.quant} is the file you have open: nothing to download."
+    base = spec.name or "the model"
+    imatrix = " --imatrix imatrix.dat" if row.needs_imatrix else ""
+    note = (
+        " It needs an importance matrix (llama-imatrix) to keep its quality."
+        if row.needs_imatrix
+        else ""
+    )
+    return (
+        f"{row.quant} is simulated: its numbers come from llama.cpp's quantization rules, "
+        f"not from a file. Download a {row.quant} GGUF of {base} (e.g. from Hugging Face), "
+        f"or make one from the F16/BF16 file with "
+        f"llama-quantize{imatrix} MODEL-F16.gguf MODEL-{row.quant}.gguf {row.quant}.{note}"
+    )
+
+
+class CompareController(QObject):
+    """Quant levels side by side for the main screen's state (GUI thread).
+
+    Signals: ``result_changed(CompareResult)``, ``failed(str)`` (one line, no traceback),
+    ``busy_changed(bool)``. Work runs on the job pool, ``DELAY_MS`` after the last change.
+    """
+
+    result_changed = Signal(object)
+    failed = Signal(str)
+    busy_changed = Signal(bool)
+
+    DELAY_MS: Final = 150
+
+    def __init__(
+        self,
+        estimates: EstimateController,
+        speed: SpeedController,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._estimates = estimates
+        self._speed = speed
+        self._options: tuple[str, tuple[QuantOption, ...]] | None = None
+        self._result: CompareResult | None = None
+        self._key: tuple[object, ...] | None = None
+        self._active = False
+        self._job = LatestJob(self.DELAY_MS, self._on_job_done, self._on_job_failed, self)
+        self._job.busy_changed.connect(self.busy_changed)
+        estimates.state_changed.connect(self._on_estimates_state_changed)
+        speed.factors_changed.connect(lambda _f: self.refresh())
+        self.refresh()
+
+    @property
+    def result(self) -> CompareResult | None:
+        """The rows shown now (None before the first model)."""
+        return self._result
+
+    @property
+    def busy(self) -> bool:
+        """Whether new rows are being worked out."""
+        return self._job.busy
+
+    def refresh(self, *, now: bool = False) -> None:
+        """Work the rows out again for the state in force (debounced unless ``now``)."""
+        self._on_estimates_state_changed(self._estimates.state, now=now)
+
+    def set_active(self, active: bool) -> None:
+        """Work rows out only while the Compare tab is shown (GUI thread).
+
+        Compare runs the estimator and the speed model for every quant level; doing that in
+        the background while the tab is hidden costs every slider tick GIL time for nothing.
+        """
+        self._active = active
+        if active:
+            self.refresh()
+
+    def _on_estimates_state_changed(self, state: EstimateState, *, now: bool = False) -> None:
+        if state.model is None or not (self._active or now):
+            return
+        spec = state.model.spec
+        settings = state.settings
+        hardware = state.hardware.hardware
+        factors = self._speed.factors
+        key = (state.model.path, settings, hardware, factors)
+        if key == self._key and not now:
+            return
+        self._key = key
+        cached = self._options
+        known = cached[1] if cached is not None and cached[0] == spec.path else None
+
+        def job() -> tuple[tuple[QuantOption, ...], CompareResult]:
+            options = known if known is not None else compare_options(spec)
+            return options, compare_table(spec, options, settings, hardware, factors)
+
+        first = self._result is None or self._result.model_path != spec.path
+        self._job.request(job, now=now or first)
+
+    def _on_job_done(self, outcome: tuple[tuple[QuantOption, ...], CompareResult]) -> None:
+        options, result = outcome
+        self._options = (result.model_path, options)
+        self._result = result
+        self.result_changed.emit(result)
+
+    def _on_job_failed(self, error: Exception) -> None:
+        self._key = None  # try again on the next change
+        self.failed.emit(f"Could not compare the quants: {describe_error(error)}")
+
+
+# --- the table ---------------------------------------------------------------------------
+
+_FIXED_BEFORE: Final = ("Quant", "Source", "File", "Bits/weight")
+_FIXED_AFTER: Final = ("Fits", "Writing tok/s", "Reading tok/s", "Quality loss (KLD)")
+
+
+class CompareTableModel(QAbstractTableModel):
+    """One row per quant: size, bits/weight, memory per device, fits, speed, quality loss.
+
+    Read-only. ``Qt.UserRole`` gives the raw value (bytes, tok/s, KLD) of a cell and the
+    whole :class:`CompareRow` on column 0.
+    """
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._rows: tuple[CompareRow, ...] = ()
+        self._devices: tuple[str, ...] = ()
+
+    @property
+    def rows(self) -> tuple[CompareRow, ...]:
+        """The rows shown."""
+        return self._rows
+
+    def set_result(self, result: CompareResult) -> None:
+        """Show ``result``; keep the view's selection when only the numbers changed."""
+        same_shape = result.device_names == self._devices and tuple(
+            r.quant for r in result.rows
+        ) == tuple(r.quant for r in self._rows)
+        if same_shape and self._rows:
+            self._rows = result.rows
+            self.dataChanged.emit(
+                self.index(0, 0), self.index(self.rowCount() - 1, self.columnCount() - 1)
+            )
+            return
+        self.beginResetModel()
+        self._rows = result.rows
+        self._devices = result.device_names
+        self.endResetModel()
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        """Return the number of quants."""
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        """Return the fixed columns and one per device."""
+        if parent.isValid():
+            return 0
+        return len(_FIXED_BEFORE) + len(self._devices) + len(_FIXED_AFTER)
+
+    def _column(self, column: int) -> tuple[str, int]:
+        """Return (kind, device index) of ``column``."""
+        if column < len(_FIXED_BEFORE):
+            return _FIXED_BEFORE[column], -1
+        column -= len(_FIXED_BEFORE)
+        if column < len(self._devices):
+            return "device", column
+        return _FIXED_AFTER[column - len(self._devices)], -1
+
+    def _value(self, row: CompareRow, kind: str, device: int) -> tuple[str, object]:
+        """Return (text, raw value) of one cell."""
+        if kind == "Quant":
+            return row.quant, row
+        if kind == "Source":
+            return row.origin + (" (imatrix)" if row.needs_imatrix else ""), row.origin
+        if kind == "File":
+            return format_size(row.file_bytes), row.file_bytes
+        if kind == "Bits/weight":
+            return f"{row.bits_per_weight:.2f}", row.bits_per_weight
+        if kind == "device":
+            _name, used, cap = row.devices[device] if device < len(row.devices) else ("", 0, None)
+            if cap is None:
+                return format_size(used), used
+            return f"{format_size(used)} of {format_size(cap)}", used
+        if kind == "Fits":
+            return row.fits_text, row.fits
+        if kind == "Writing tok/s":
+            return f"{row.decode_tok_per_s:.1f}", row.decode_tok_per_s
+        if kind == "Reading tok/s":
+            return f"{row.prefill_tok_per_s:.0f}", row.prefill_tok_per_s
+        return row.quality_text, row.kld if row.kld is not None else row.kld_nearest
+
+    def data(
+        self,
+        index: QModelIndex | QPersistentModelIndex,
+        role: int = Qt.ItemDataRole.DisplayRole,
+    ) -> object:
+        """Return text, raw values (UserRole), alignment, a tooltip, or bold for the file."""
+        if not index.isValid():
+            return None
+        row = self._rows[index.row()]
+        kind, device = self._column(index.column())
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._value(row, kind, device)[0]
+        if role == Qt.ItemDataRole.UserRole:
+            return self._value(row, kind, device)[1]
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            if kind in ("Quant", "Source"):
+                return int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.FontRole and row.on_disk:
+            font = QLabel().font()
+            font.setBold(True)
+            return font
+        if role == Qt.ItemDataRole.ForegroundRole and kind == "Fits" and row.fits is False:
+            return QColor("#c62828")
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return self._tooltip(row, kind)
+        return None
+
+    def _tooltip(self, row: CompareRow, kind: str) -> str | None:
+        if kind == "Source":
+            return (
+                "The file you have open"
+                if row.on_disk
+                else "Worked out from llama.cpp's quantization rules; no such file yet"
+            )
+        if kind == "Quality loss (KLD)":
+            if row.kld is None:
+                return "Not measured: the KLD of the nearest measured bits/weight"
+            ppl = f", +{row.delta_ppl:.3f} perplexity" if row.delta_ppl is not None else ""
+            return (
+                f"How far its answers drift from the full-precision model (KL divergence"
+                f"{ppl}), measured on {row.quality_model or 'another model'}; lower is better"
+            )
+        if kind == "Writing tok/s":
+            return "Predicted tokens per second while writing the answer, one user"
+        if kind == "Reading tok/s":
+            return "Predicted tokens per second while reading a 512-token prompt"
+        if kind == "Fits":
+            return "Whether it fits with the most GPU layers that do (1 GiB kept free)"
+        return None
+
+    def headerData(
+        self,
+        section: int,
+        orientation: Qt.Orientation,
+        role: int = Qt.ItemDataRole.DisplayRole,
+    ) -> object:
+        """Return column titles (devices by name) and no row titles."""
+        if role != Qt.ItemDataRole.DisplayRole or orientation != Qt.Orientation.Horizontal:
+            return None
+        if not 0 <= section < self.columnCount():
+            return None
+        kind, device = self._column(section)
+        if kind == "device":
+            name = self._devices[device]
+            return "RAM" if name.upper() in ("CPU", "HOST") else name
+        return kind
+
+
+# --- the chart ---------------------------------------------------------------------------
+
+_BAR_H: Final = 16
+_GAP: Final = 6
+_PAD: Final = 8
+_FIT_COLOR: Final = "#4e79a7"
+_PARTIAL_COLOR: Final = "#f28e2b"
+_OVER_COLOR: Final = "#e15759"
+
+
+class CompareChartWidget(QWidget):
+    """Paint one horizontal bar per quant (GUI thread): memory against the capacity of all
+    devices together, or predicted writing speed. Clicking a bar emits ``row_clicked(int)``.
+    """
+
+    row_clicked = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._rows: tuple[CompareRow, ...] = ()
+        self._metric: ChartMetric = "memory"
+        self._selected = -1
+        self.paint_count = 0
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.setAccessibleName("Quants compared, as a chart")
+        self.setMinimumHeight(120)
+
+    @property
+    def chart_metric(self) -> ChartMetric:
+        """What the bars show."""
+        return self._metric
+
+    def set_rows(self, rows: tuple[CompareRow, ...]) -> None:
+        """Show ``rows``."""
+        self._rows = rows
+        self.setAccessibleDescription(
+            "; ".join(
+                f"{r.quant}: {format_size(r.total_bytes)}, {r.decode_tok_per_s:.1f} tok/s"
+                for r in rows
+            )
+        )
+        self.updateGeometry()
+        self.update()
+
+    def set_metric(self, metric: ChartMetric) -> None:
+        """Show memory or speed."""
+        self._metric = metric
+        self.update()
+
+    def set_selected(self, row: int) -> None:
+        """Outline bar ``row`` (-1: none)."""
+        self._selected = row
+        self.update()
+
+    def sizeHint(self) -> QSize:
+        """Return room for every bar."""
+        return QSize(480, 2 * _PAD + max(1, len(self._rows)) * (_BAR_H + _GAP) + 36)
+
+    def _label_width(self, fm: QFontMetrics) -> int:
+        return max((fm.horizontalAdvance(r.quant) for r in self._rows), default=40) + 12
+
+    def _row_at(self, y: float) -> int:
+        row = int((y - _PAD) // (_BAR_H + _GAP))
+        return row if 0 <= row < len(self._rows) else -1
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:
+        """Select the quant under the mouse."""
+        row = self._row_at(event.position().y())
+        if row >= 0:
+            self.row_clicked.emit(row)
+        super().mousePressEvent(event)
+
+    def _capacity(self) -> int | None:
+        caps = [d[2] for d in self._rows[0].devices] if self._rows else []
+        if not caps or any(c is None for c in caps):
+            return None
+        return sum(c for c in caps if c is not None)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        """Paint the bars, the capacity line and the values."""
+        self.paint_count += 1
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        pal = self.palette()
+        text = pal.color(QPalette.ColorRole.WindowText)
+        fm = QFontMetrics(self.font())
+        if not self._rows:
+            painter.setPen(text)
+            painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "Working out the quants…")
+            return
+        label_w = self._label_width(fm)
+        value_w = fm.horizontalAdvance("00.0 GiB of 00.0 GiB") + 8
+        left = _PAD + label_w
+        width = max(20.0, self.width() - left - value_w - _PAD)
+        cap = self._capacity()
+        if self._metric == "memory":
+            top_value = float(max([r.total_bytes for r in self._rows] + [cap or 0, 1]))
+        else:
+            top_value = max([r.decode_tok_per_s for r in self._rows] + [1e-9])
+        for i, row in enumerate(self._rows):
+            y = _PAD + i * (_BAR_H + _GAP)
+            value = row.total_bytes if self._metric == "memory" else row.decode_tok_per_s
+            w = width * value / top_value
+            font = painter.font()
+            font.setBold(row.on_disk)
+            painter.setFont(font)
+            painter.setPen(text)
+            painter.drawText(
+                QRectF(_PAD, y, label_w - 6, _BAR_H),
+                int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter),
+                row.quant,
+            )
+            if row.fits is False:
+                color = QColor(_OVER_COLOR)
+            elif row.has_gpu and (row.gpu_layers < row.n_layers or row.n_cpu_moe):
+                color = QColor(_PARTIAL_COLOR)
+            else:
+                color = QColor(_FIT_COLOR)
+            if not row.on_disk:
+                color.setAlpha(170)
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(color)
+            bar = QRectF(left, y, max(1.0, w), _BAR_H)
+            painter.drawRect(bar)
+            if not row.on_disk:
+                painter.setBrush(QBrush(QColor(255, 255, 255, 150), Qt.BrushStyle.BDiagPattern))
+                painter.drawRect(bar)
+            if i == self._selected:
+                painter.setPen(QPen(pal.color(QPalette.ColorRole.Highlight), 2))
+                painter.setBrush(Qt.BrushStyle.NoBrush)
+                painter.drawRect(bar.adjusted(-1, -1, 1, 1))
+            if self._metric == "memory":
+                label = format_size(row.total_bytes)
+            else:
+                label = f"{row.decode_tok_per_s:.1f} tok/s"
+            painter.setPen(text)
+            painter.drawText(QPointF(left + w + 6, y + _BAR_H - 4), label)
+        font = painter.font()
+        font.setBold(False)
+        painter.setFont(font)
+        bottom = _PAD + len(self._rows) * (_BAR_H + _GAP)
+        if self._metric == "memory" and cap is not None:
+            x = left + width * cap / top_value
+            painter.setPen(QPen(text, 2))
+            painter.drawLine(QPointF(x, _PAD - 3), QPointF(x, bottom - _GAP + 3))
+            painter.drawText(QPointF(x + 4, bottom + 12), f"capacity {format_size(cap)}")
+        legend = (
+            "solid: the file you have · hatched: simulated · orange: part on the CPU · "
+            "red: does not fit"
+        )
+        painter.setPen(pal.color(QPalette.ColorRole.PlaceholderText))
+        room = int(self.width() - 2 * _PAD)
+        painter.drawText(
+            QPointF(_PAD, bottom + 30), fm.elidedText(legend, Qt.TextElideMode.ElideRight, room)
+        )
+
+
+# --- the panel ---------------------------------------------------------------------------
+
+
+class ComparePanel(QWidget):
+    """The Compare tab (GUI thread): a line about the settings, the table, the chart, and
+    what to do about the selected quant. Subscribes to :class:`CompareController`."""
+
+    def __init__(
+        self,
+        controller: CompareController,
+        estimates: EstimateController,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.controller = controller
+        self._estimates = estimates
+        layout = QVBoxLayout(self)
+        self.error_label = QLabel()
+        self.error_label.setObjectName("compareError")
+        self.error_label.setWordWrap(True)
+        self.error_label.setAccessibleName("Error")
+        self.error_label.setStyleSheet(
+            "#compareError { background: #fdecea; color: #7f1d1d; border: 1px solid #e57373;"
+            " border-radius: 4px; padding: 4px; }"
+        )
+        self.error_label.hide()
+        layout.addWidget(self.error_label)
+        top = QHBoxLayout()
+        self.summary_label = QLabel("Open a model to compare its quant levels.")
+        self.summary_label.setWordWrap(True)
+        top.addWidget(self.summary_label, 1)
+        self.busy_label = QLabel("Working…")
+        self.busy_label.setVisible(False)
+        top.addWidget(self.busy_label)
+        top.addWidget(QLabel("Chart:"))
+        self.metric_box = QComboBox()
+        self.metric_box.addItem("Memory vs capacity", "memory")
+        self.metric_box.addItem("Writing speed", "speed")
+        self.metric_box.setAccessibleName("What the chart shows")
+        self.metric_box.currentIndexChanged.connect(self._on_metric_box_changed)
+        top.addWidget(self.metric_box)
+        layout.addLayout(top)
+
+        self.table_model = CompareTableModel(self)
+        self.table = QTableView()
+        self.table.setModel(self.table_model)
+        self.table.setAccessibleName("Quant levels side by side")
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setAlternatingRowColors(True)
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.selectionModel().selectionChanged.connect(self._on_table_selection_changed)
+        self.chart = CompareChartWidget()
+        self.chart.row_clicked.connect(self.table.selectRow)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(self.table)
+        splitter.addWidget(self.chart)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        layout.addWidget(splitter, 1)
+        self.hint_label = QLabel("Select a quant to see how to get it.")
+        self.hint_label.setWordWrap(True)
+        self.hint_label.setAccessibleName("What to do")
+        self.hint_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.hint_label)
+
+        controller.result_changed.connect(self._on_controller_result_changed)
+        controller.failed.connect(self._on_controller_failed)
+        controller.busy_changed.connect(self.busy_label.setVisible)
+        if controller.result is not None:
+            self._on_controller_result_changed(controller.result)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """Start working rows out when the tab becomes visible."""
+        super().showEvent(event)
+        self.controller.set_active(True)
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        """Stop working rows out while the tab is hidden."""
+        super().hideEvent(event)
+        self.controller.set_active(False)
+
+    def _on_metric_box_changed(self, _index: int) -> None:
+        metric = self.metric_box.currentData()
+        self.chart.set_metric("speed" if metric == "speed" else "memory")
+
+    def _on_controller_result_changed(self, result: CompareResult) -> None:
+        self.error_label.hide()
+        selected = self._selected_quant()
+        self.table_model.set_result(result)
+        self.chart.set_rows(result.rows)
+        s = result.settings
+        users = f", {s.n_parallel} users" if s.n_parallel > 1 else ""
+        self.summary_label.setText(
+            f"At {fmt_ctx(s.n_ctx)} of context{users}, {s.cache_type_k}/{s.cache_type_v} "
+            f"KV cache, the most GPU layers that fit. Speed: {result.speed_source}."
+        )
+        names = [r.quant for r in result.rows]
+        if selected in names:
+            self.table.selectRow(names.index(selected))
+        self._show_hint()
+
+    def _on_controller_failed(self, message: str) -> None:
+        self.error_label.setText(message)
+        self.error_label.show()
+
+    def _selected_quant(self) -> str | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows or rows[0].row() >= len(self.table_model.rows):
+            return None
+        return self.table_model.rows[rows[0].row()].quant
+
+    def _on_table_selection_changed(self, _new: QItemSelection, _old: QItemSelection) -> None:
+        self._show_hint()
+
+    def _show_hint(self) -> None:
+        rows = self.table.selectionModel().selectedRows()
+        row = rows[0].row() if rows else -1
+        self.chart.set_selected(row)
+        model = self._estimates.model
+        if row < 0 or row >= len(self.table_model.rows) or model is None:
+            self.hint_label.setText("Select a quant to see how to get it.")
+            return
+        self.hint_label.setText(what_to_do(self.table_model.rows[row], model.spec))

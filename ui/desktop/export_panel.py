@@ -1,0 +1,440 @@
+"""Export: the settings on screen in a runner's own format, live, with Copy and Save….
+
+:func:`export_preview` is pure (no Qt): it calls :mod:`app.export` exactly as
+``ggtune export`` does (``ui/cli_export.py``) and returns an :class:`ExportPreview` — the
+text shown, the text a Save writes, a suggested file name, the exporter's notes, or its
+refusal. :class:`ExportController` re-runs it on every change of the estimate's state
+(GUI thread; the exporters take well under a millisecond). :class:`ExportPanel` shows it
+and writes files through :func:`~app.export.common.write_text_atomic`, asking before it
+replaces anything; the questions go through :attr:`ExportPanel.ask_save_path` and
+:attr:`ExportPanel.confirm`, which tests replace.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QFontDatabase, QGuiApplication
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.errors import GGTuneError
+from app.export.common import ModelFacts, write_text_atomic
+from app.export.lmstudio import LMStudioExport
+from app.settings import RunnerName, Settings
+from app.spec import ModelSpec
+from ui.desktop.estimate_controller import RUNNER_TITLES, EstimateController, EstimateState
+from ui.desktop.model_card import describe_error
+
+SystemName = Literal["linux", "macos", "windows"]
+SYSTEM_TITLES: Final[dict[SystemName, str]] = {
+    "linux": "Linux (systemd, sh)",
+    "macos": "macOS (launchctl, sh)",
+    "windows": "Windows (PowerShell)",
+}
+TARGETS: Final[tuple[RunnerName, ...]] = ("ollama", "lmstudio", "llama-server", "llama-cpp-python")
+
+
+def this_system() -> SystemName:
+    """Return the system ggtune runs on, as the exporters name it."""
+    if sys.platform == "darwin":
+        return "macos"
+    if os.name == "nt":
+        return "windows"
+    return "linux"
+
+
+def facts_of(spec: ModelSpec) -> ModelFacts:
+    """Return the exporters' facts from a spec already read (as ``model_facts`` reads them)."""
+    return ModelFacts(
+        path=os.path.abspath(spec.path),
+        name=spec.name,
+        n_layer_all=spec.n_layer_all,
+        n_ctx_train=spec.n_ctx_train,
+        n_swa=spec.n_swa,
+        n_expert=spec.n_expert,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ExportPreview:
+    """One export: ``text`` to show and copy, ``file_text`` to save as ``filename``.
+
+    ``error`` is the exporter's refusal (one line; ``text`` is then empty), ``notes`` what
+    the runner does differently from the settings. ``lmstudio`` is LM Studio's export, for
+    writing its config file.
+    """
+
+    target: RunnerName
+    text: str
+    file_text: str
+    filename: str
+    notes: tuple[str, ...] = ()
+    error: str | None = None
+    lmstudio: LMStudioExport | None = None
+
+
+def export_preview(
+    path: str,
+    facts: ModelFacts,
+    settings: Settings,
+    target: RunnerName,
+    system: SystemName,
+    *,
+    lmstudio_home: Path | None = None,
+) -> ExportPreview:
+    """Return the export of ``settings`` for ``target`` (pure; the CLI's calls, same output).
+
+    Never raises for what the exporters refuse: the refusal is ``error``.
+    """
+    try:
+        if target == "ollama":
+            from app.export.ollama import export_ollama
+
+            out = export_ollama(path, settings, facts=facts)
+            return ExportPreview(target, out.render(system), out.modelfile, "Modelfile", out.notes)
+        if target == "lmstudio":
+            from app.export.lmstudio import export_lmstudio
+
+            lms = export_lmstudio(path, settings, facts=facts, lmstudio_home=lmstudio_home)
+            name = lms.config_path.name if lms.config_path else Path(path).name + ".json"
+            return ExportPreview(
+                target, lms.render(), lms.config_json, name, lms.notes, lmstudio=lms
+            )
+        if target == "llama-server":
+            from app.export.llama_server import export_llama_server
+
+            res = export_llama_server(path, settings, windows=system == "windows")
+        else:
+            from app.export.llama_cpp_python import export_llama_cpp_python
+
+            res = export_llama_cpp_python(path, settings)
+        return ExportPreview(target, res.text, res.text, res.filename, res.notes)
+    except GGTuneError as err:
+        return ExportPreview(target, "", "", "", error=str(err))
+
+
+class ExportController(QObject):
+    """Keep the export of the estimate's model and settings current (GUI thread).
+
+    ``preview_changed(ExportPreview | None)`` fires on every change (None: no model yet).
+    The target follows the runner preset until the user picks another.
+    """
+
+    preview_changed = Signal(object)
+
+    def __init__(
+        self,
+        estimates: EstimateController,
+        parent: QObject | None = None,
+        *,
+        lmstudio_home: Path | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._estimates = estimates
+        self._target: RunnerName = estimates.runner
+        self._system: SystemName = this_system()
+        self._lmstudio_home = lmstudio_home
+        self._preview: ExportPreview | None = None
+        estimates.state_changed.connect(self._on_estimates_state_changed)
+        estimates.runner_changed.connect(self._on_estimates_runner_changed)
+        self._refresh(estimates.state)
+
+    @property
+    def preview(self) -> ExportPreview | None:
+        """The latest export, or None before a model is open."""
+        return self._preview
+
+    @property
+    def target(self) -> RunnerName:
+        """The runner exported for."""
+        return self._target
+
+    @property
+    def system(self) -> SystemName:
+        """Whose shell and service manager the instructions are for."""
+        return self._system
+
+    def set_target(self, target: RunnerName) -> None:
+        """Export for ``target``."""
+        assert target in TARGETS, f"unknown export target {target!r}"
+        self._target = target
+        self._refresh(self._estimates.state)
+
+    def set_system(self, system: SystemName) -> None:
+        """Write instructions for ``system``."""
+        assert system in SYSTEM_TITLES, f"unknown system {system!r}"
+        self._system = system
+        self._refresh(self._estimates.state)
+
+    def _on_estimates_runner_changed(self, runner: str) -> None:
+        if runner in TARGETS:
+            self._target = runner
+
+    def _on_estimates_state_changed(self, state: EstimateState) -> None:
+        self._refresh(state)
+
+    def _refresh(self, state: EstimateState) -> None:
+        model = state.model
+        if model is None:
+            self._preview = None
+        else:
+            self._preview = export_preview(
+                model.path,
+                facts_of(model.spec),
+                state.settings,
+                self._target,
+                self._system,
+                lmstudio_home=self._lmstudio_home,
+            )
+        self.preview_changed.emit(self._preview)
+
+
+def _ask_save_path(parent: QWidget, suggested: str) -> str | None:
+    # We ask about overwriting ourselves (and then pass overwrite=True), so the dialog must not.
+    path, _ = QFileDialog.getSaveFileName(
+        parent,
+        "Save the export",
+        suggested,
+        "All files (*)",
+        options=QFileDialog.Option.DontConfirmOverwrite,
+    )
+    return path or None
+
+
+def _confirm(parent: QWidget, title: str, text: str) -> bool:
+    answer = QMessageBox.question(
+        parent,
+        title,
+        text,
+        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+        QMessageBox.StandardButton.Cancel,
+    )
+    return answer == QMessageBox.StandardButton.Yes
+
+
+class ExportPanel(QWidget):
+    """Runner and system choice, the live preview, notes, Copy / Save… (GUI thread).
+
+    ``ask_save_path(parent, suggested) -> path | None`` and ``confirm(parent, title, text)
+    -> bool`` are the dialogs; tests replace them so nothing blocks.
+    """
+
+    saved = Signal(str)
+
+    def __init__(self, controller: ExportController, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._controller = controller
+        self.ask_save_path: Callable[[QWidget, str], str | None] = _ask_save_path
+        self.confirm: Callable[[QWidget, str, str], bool] = _confirm
+        layout = QVBoxLayout(self)
+
+        row = QHBoxLayout()
+        self.target_combo = QComboBox()
+        self.target_combo.setAccessibleName("Export for")
+        self.target_combo.setToolTip("Which program should run the model with these settings")
+        for target in TARGETS:
+            self.target_combo.addItem(RUNNER_TITLES[target], target)
+        target_label = QLabel("Export &for:")
+        target_label.setBuddy(self.target_combo)
+        row.addWidget(target_label)
+        row.addWidget(self.target_combo)
+        self.system_combo = QComboBox()
+        self.system_combo.setAccessibleName("System")
+        self.system_combo.setToolTip("Whose shell and service manager the instructions are for")
+        for system, title in SYSTEM_TITLES.items():
+            self.system_combo.addItem(title, system)
+        system_label = QLabel("&System:")
+        system_label.setBuddy(self.system_combo)
+        row.addSpacing(12)
+        row.addWidget(system_label)
+        row.addWidget(self.system_combo)
+        row.addStretch(1)
+        layout.addLayout(row)
+
+        self.notes_label = QLabel()
+        self.notes_label.setObjectName("exportNotes")
+        self.notes_label.setWordWrap(True)
+        self.notes_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.notes_label.setAccessibleName("Export notes")
+        layout.addWidget(self.notes_label)
+
+        self.preview = QPlainTextEdit()
+        self.preview.setReadOnly(True)
+        self.preview.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.preview.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.preview.setAccessibleName("Export preview")
+        layout.addWidget(self.preview, 1)
+
+        buttons = QHBoxLayout()
+        self.copy_button = QPushButton("&Copy")
+        self.copy_button.setToolTip("Copy everything shown to the clipboard")
+        self.copy_button.clicked.connect(self.copy)
+        self.save_button = QPushButton("&Save…")
+        self.save_button.clicked.connect(self.save)
+        self.lmstudio_button = QPushButton("&Write to LM Studio's config")
+        self.lmstudio_button.setToolTip(
+            "Write these load settings into LM Studio's per-model config file "
+            "(a backup of the old file is kept beside it)"
+        )
+        self.lmstudio_button.clicked.connect(self.write_lmstudio)
+        self.status_label = QLabel()
+        self.status_label.setWordWrap(True)
+        self.status_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        buttons.addWidget(self.copy_button)
+        buttons.addWidget(self.save_button)
+        buttons.addWidget(self.lmstudio_button)
+        buttons.addWidget(self.status_label, 1)
+        layout.addLayout(buttons)
+
+        self.target_combo.currentIndexChanged.connect(self._on_target_combo_changed)
+        self.system_combo.currentIndexChanged.connect(self._on_system_combo_changed)
+        controller.preview_changed.connect(self._on_controller_preview_changed)
+        self._sync_combos()
+        self._on_controller_preview_changed(controller.preview)
+
+    # --- actions ---
+
+    def copy(self) -> None:
+        """Put the preview on the clipboard."""
+        preview = self._controller.preview
+        if preview is None or preview.error:
+            return
+        QGuiApplication.clipboard().setText(preview.text)
+        self.status_label.setText("Copied to the clipboard.")
+
+    def save(self) -> None:
+        """Ask for a file and write the export there atomically (asks before replacing)."""
+        preview = self._controller.preview
+        if preview is None or preview.error:
+            return
+        path = self.ask_save_path(self, preview.filename)
+        if not path:
+            return
+        exists = os.path.exists(path)
+        if exists and not self.confirm(
+            self, "Replace the file?", f"{path} already exists. Replace it?"
+        ):
+            self.status_label.setText("Not saved: the file was kept.")
+            return
+        try:
+            written = write_text_atomic(path, preview.file_text, overwrite=exists)
+        except (GGTuneError, OSError) as err:
+            self._show_error(f"Not saved: {describe_error(err)}")
+            return
+        self.status_label.setText(f"Saved {written}")
+        self.saved.emit(str(written))
+
+    def write_lmstudio(self) -> None:
+        """Write the settings into LM Studio's per-model config, after asking."""
+        from app.export.lmstudio import write_lmstudio_config
+
+        preview = self._controller.preview
+        if preview is None or preview.lmstudio is None or preview.lmstudio.config_path is None:
+            return
+        target = preview.lmstudio.config_path
+        exists = target.exists()
+        question = (
+            f"Write these load settings into {target}? Its other settings are kept and the "
+            "old file is saved beside it first."
+            if exists
+            else f"Create {target} with these load settings?"
+        )
+        if not self.confirm(self, "Write to LM Studio's config", question):
+            return
+        try:
+            written = write_lmstudio_config(preview.lmstudio, overwrite=exists)
+        except (GGTuneError, OSError) as err:
+            self._show_error(f"Not written: {describe_error(err)}")
+            return
+        self.status_label.setText(f"Wrote {written}")
+        self.saved.emit(str(written))
+
+    # --- slots ---
+
+    def _on_target_combo_changed(self, index: int) -> None:
+        target = self.target_combo.itemData(index)
+        if target in TARGETS and target != self._controller.target:
+            self._controller.set_target(target)
+
+    def _on_system_combo_changed(self, index: int) -> None:
+        system = self.system_combo.itemData(index)
+        if system in SYSTEM_TITLES and system != self._controller.system:
+            self._controller.set_system(system)
+
+    def _on_controller_preview_changed(self, preview: ExportPreview | None) -> None:
+        self._sync_combos()
+        self.status_label.clear()
+        if preview is None:
+            self.preview.setPlainText("")
+            self.notes_label.setText("Open a model to export its settings.")
+            self._style_notes(error=False)
+        elif preview.error is not None:
+            self.preview.setPlainText("")
+            title = RUNNER_TITLES[preview.target]
+            self.notes_label.setText(f"{title} cannot run these settings: {preview.error}")
+            self._style_notes(error=True)
+        else:
+            self._set_text_keeping_scroll(preview.text)
+            notes = preview.notes
+            self.notes_label.setText(
+                "Exact: the runner will use these settings as they are."
+                if not notes
+                else "\n".join(f"• {n}" for n in notes)
+            )
+            self._style_notes(error=False)
+        usable = preview is not None and preview.error is None
+        self.copy_button.setEnabled(usable)
+        self.save_button.setEnabled(usable)
+        if preview is not None:
+            self.save_button.setToolTip(f"Save as a file ({preview.filename or 'nothing to save'})")
+        lms = preview.lmstudio if preview is not None else None
+        self.lmstudio_button.setVisible(preview is not None and preview.target == "lmstudio")
+        self.lmstudio_button.setEnabled(lms is not None and lms.config_path is not None)
+
+    # --- helpers ---
+
+    def _sync_combos(self) -> None:
+        for combo, value in (
+            (self.target_combo, self._controller.target),
+            (self.system_combo, self._controller.system),
+        ):
+            index = combo.findData(value)
+            if index != combo.currentIndex():
+                combo.blockSignals(True)
+                combo.setCurrentIndex(index)
+                combo.blockSignals(False)
+
+    def _set_text_keeping_scroll(self, text: str) -> None:
+        if self.preview.toPlainText() == text:
+            return
+        bar = self.preview.verticalScrollBar()
+        position = bar.value()
+        self.preview.setPlainText(text)
+        bar.setValue(min(position, bar.maximum()))
+
+    def _style_notes(self, *, error: bool) -> None:
+        self.notes_label.setStyleSheet(
+            "#exportNotes { background: #fdecea; color: #7f1d1d; border: 1px solid #e57373;"
+            " border-radius: 4px; padding: 4px; }"
+            if error
+            else ""
+        )
+
+    def _show_error(self, text: str) -> None:
+        self.status_label.setText(text)

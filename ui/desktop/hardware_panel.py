@@ -1,0 +1,646 @@
+"""Hardware: what was detected on this machine (and what not, and why), the hardware
+profiles, compositions such as "2x rtx-3090 + 64 GB DDR5", and a custom-profile editor.
+
+Planning for a profile or a composition goes through
+:meth:`~ui.desktop.hardware.HardwareController.set_hardware` with ``source="profile"``; the
+estimate follows. The probe (:func:`app.hardware_probe.detect`) runs on the job pool, never
+on the GUI thread. Profiles are a few small TOML files (≈25 ms for all of them) and are
+read on the GUI thread when the panel is built and after a custom profile is saved.
+
+:func:`custom_profile_toml` and :func:`check_custom_profile` are pure: the editor's fields
+become a ``[[profile]]`` table that :func:`app.hardware_profiles.parse_profile` validates
+before anything is written. This is ``ggtune hw`` / ``ggtune hw --profile`` in a window.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    Qt,
+    Signal,
+)
+from PySide6.QtGui import QShowEvent
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPushButton,
+    QScrollArea,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.errors import GGTuneError, HardwareProfileError
+from app.export.common import write_text_atomic
+from app.hardware import Hardware
+from app.hardware_probe import HardwareReport, detect
+from app.hardware_profiles import (
+    HardwareProfile,
+    ProfileKind,
+    ProfileSet,
+    builtin_profiles_dir,
+    compose,
+    load_profiles,
+    parse_profile,
+    user_profiles_dir,
+)
+from app.verdict import format_size
+from ui.desktop.hardware import HardwareController, describe_hardware
+from ui.desktop.jobs import run_job
+from ui.desktop.model_card import describe_error
+
+ERROR_STYLE: Final = "color: #b3261e;"
+OK_STYLE: Final = "color: #1b5e20;"
+PROFILE_COLUMNS: Final = ("Name", "Kind", "Memory", "Bandwidth", "Usable", "FP16", "From")
+KIND_TITLES: Final[dict[ProfileKind, str]] = {
+    "gpu": "GPU",
+    "unified": "whole machine (unified memory)",
+    "host": "system RAM (CPU only)",
+}
+STATE_MARKS: Final = {"ok": "✓", "none": "–", "unknown": "⚠"}
+
+
+# --- pure: custom profiles -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CustomProfileFields:
+    """What the editor holds: figures in GiB, GB/s, a fraction, TFLOPS (0: unknown)."""
+
+    name: str
+    kind: ProfileKind
+    backend: str
+    memory_gib: float
+    bandwidth_gb_per_s: float
+    usable_fraction: float
+    fp16_tflops: float
+    source: str
+
+
+def profile_id(name: str) -> str:
+    """Return the profile id for ``name``: "My RTX 3090 Ti" → "my-rtx-3090-ti"."""
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9.]+", "-", name.strip().lower())).strip("-.")
+
+
+def custom_profile_toml(fields: CustomProfileFields) -> str:
+    """Return ``fields`` as a profile file (one ``[[profile]]`` table, TOML)."""
+
+    def quoted(text: str) -> str:
+        return json.dumps(text, ensure_ascii=False)  # a JSON string is a TOML basic string
+
+    def figure(value: float | None) -> str:
+        source = quoted(fields.source.strip())
+        if value is None:
+            return f"{{ source = {source} }}"
+        return f"{{ value = {value!r}, source = {source} }}"
+
+    fp16 = fields.fp16_tflops if fields.fp16_tflops > 0 else None
+    lines = [
+        "# A custom hardware profile, written by ggtune's Hardware tab.",
+        "[[profile]]",
+        f"id = {quoted(profile_id(fields.name))}",
+        f"name = {quoted(fields.name.strip())}",
+        f"kind = {quoted(fields.kind)}",
+        f"backend = {quoted(fields.backend)}",
+        f"memory_gib = {figure(float(fields.memory_gib))}",
+        f"bandwidth_gb_per_s = {figure(float(fields.bandwidth_gb_per_s))}",
+        f"usable_fraction = {figure(float(fields.usable_fraction))}",
+        f"fp16_tflops = {figure(fp16)}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def check_custom_profile(
+    fields: CustomProfileFields, folder: Path, profiles: ProfileSet
+) -> tuple[HardwareProfile, str, Path]:
+    """Return the validated profile, its file text and path in ``folder``; raise if invalid.
+
+    Raise :class:`~app.errors.HardwareProfileError` for a missing name or source, a figure
+    the profile schema refuses, or a name another profile (not the user's own file of the
+    same id) already has.
+    """
+    pid = profile_id(fields.name)
+    if not pid:
+        raise HardwareProfileError("give the profile a name (letters or digits)")
+    if not fields.source.strip():
+        raise HardwareProfileError("say where the figures come from (source)")
+    path = folder / f"{pid}.toml"
+    text = custom_profile_toml(fields)
+    profile = parse_profile(tomllib.loads(text)["profile"][0], path, 1)
+    taken = profiles.profiles.get(pid) or profiles.profiles.get(profiles.aliases.get(pid, ""))
+    if taken is not None and Path(taken.path) != path:
+        raise HardwareProfileError(
+            f"the name {pid!r} is taken by the profile {taken.name!r} ({taken.path}); "
+            "choose another name"
+        )
+    return profile, text, path
+
+
+def describe_report(report: HardwareReport) -> tuple[str, str]:
+    """Return (devices, probes): what was found, and each probe's state with its reason."""
+    lines: list[str] = []
+    h = report.host
+    if h is None:
+        lines.append(f"CPU: unknown ({report.status('host').detail})")
+    else:
+        ram = "unknown" if h.ram_total_bytes is None else format_size(h.ram_total_bytes)
+        cores = h.physical_cores or "?"
+        lines.append(f"CPU: {h.cpu_model or 'unknown'}, {cores} cores, {ram} RAM")
+    bw = report.host_bandwidth
+    lines.append(
+        "RAM bandwidth: "
+        + ("unknown" if bw is None else f"{bw.gb_per_s:.1f} GB/s ({bw.measured_at})")
+    )
+    if not report.gpus:
+        lines.append("GPUs: none found")
+    for g in report.gpus:
+        memory = "memory unknown" if g.total_bytes is None else format_size(g.total_bytes)
+        bandwidth = "" if g.bandwidth_gb_per_s is None else f", {g.bandwidth_gb_per_s:.0f} GB/s"
+        used = "" if g.engine_name else " (no llama.cpp backend: not planned for)"
+        lines.append(f"{g.engine_name or 'GPU'}: {g.name}, {memory}{bandwidth}{used}")
+        lines.extend(f"    note: {n}" for n in g.notes)
+    probes = [f"{STATE_MARKS.get(s.state, '?')} {s.probe}: {s.detail}" for s in report.statuses]
+    return "\n".join(lines), "\n".join(probes)
+
+
+# --- the table -----------------------------------------------------------------------------
+
+
+def _figure_text(value: float | None, unit: str) -> str:
+    return "?" if value is None else f"{value:g} {unit}"
+
+
+class ProfileTableModel(QAbstractTableModel):
+    """The hardware profiles, one per row (read-only); ``UserRole`` gives the profile."""
+
+    def __init__(self, parent: QObject | None = None, *, user_dir: Path | None = None) -> None:
+        super().__init__(parent)
+        self._profiles: tuple[HardwareProfile, ...] = ()
+        self._user_dir = user_dir
+
+    @property
+    def profiles(self) -> tuple[HardwareProfile, ...]:
+        """The profiles, in display order."""
+        return self._profiles
+
+    def set_profiles(self, profiles: tuple[HardwareProfile, ...]) -> None:
+        """Replace every row."""
+        self.beginResetModel()
+        self._profiles = profiles
+        self.endResetModel()
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        """Return the number of profiles."""
+        return 0 if parent.isValid() else len(self._profiles)
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        """Return the number of columns."""
+        return 0 if parent.isValid() else len(PROFILE_COLUMNS)
+
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> object:
+        """Return the column titles."""
+        if (
+            orientation == Qt.Orientation.Horizontal
+            and role == Qt.ItemDataRole.DisplayRole
+            and 0 <= section < len(PROFILE_COLUMNS)
+        ):
+            return PROFILE_COLUMNS[section]
+        return None
+
+    def is_custom(self, profile: HardwareProfile) -> bool:
+        """Whether ``profile`` comes from the user's folder rather than ggtune's."""
+        return self._user_dir is not None and Path(profile.path).parent == self._user_dir
+
+    def data(
+        self,
+        index: QModelIndex | QPersistentModelIndex,
+        role: int = Qt.ItemDataRole.DisplayRole,
+    ) -> object:
+        """Return a cell's text, the profile (UserRole) or the figure's source (tooltip)."""
+        if not index.isValid() or not 0 <= index.row() < len(self._profiles):
+            return None
+        p = self._profiles[index.row()]
+        column = index.column()
+        if role == Qt.ItemDataRole.UserRole:
+            return p
+        figures = (None, None, p.memory_gib, p.bandwidth_gb_per_s, p.usable_fraction)
+        if role == Qt.ItemDataRole.DisplayRole:
+            texts = (
+                p.name,
+                p.kind,
+                _figure_text(p.memory_gib.value, "GiB"),
+                _figure_text(p.bandwidth_gb_per_s.value, "GB/s"),
+                f"{(p.usable_fraction.value or 0) * 100:.0f} %",
+                _figure_text(p.fp16_tflops.value, "TFLOPS"),
+                "custom" if self.is_custom(p) else "built-in",
+            )
+            return texts[column] if 0 <= column < len(texts) else None
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if column == 0:
+                return f"{p.id}: {p.notes or p.name}"
+            if column == 5:
+                return p.fp16_tflops.source
+            if column == 6:
+                return p.path
+            figure = figures[column] if column < len(figures) else None
+            return None if figure is None else figure.source
+        if role == Qt.ItemDataRole.TextAlignmentRole and 2 <= column <= 5:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+
+# --- the panel -----------------------------------------------------------------------------
+
+
+def _confirm(parent: QWidget, title: str, text: str) -> bool:
+    answer = QMessageBox.question(
+        parent,
+        title,
+        text,
+        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+        QMessageBox.StandardButton.Cancel,
+    )
+    return answer == QMessageBox.StandardButton.Yes
+
+
+def _plain_label(text: str = "") -> QLabel:
+    label = QLabel(text)
+    label.setWordWrap(True)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    return label
+
+
+class HardwarePanel(QWidget):
+    """Detected devices, profiles, composition and the custom-profile editor (GUI thread).
+
+    ``probe`` is the detection run on the pool (default :func:`app.hardware_probe.detect`);
+    ``builtin_dir``/``user_dir`` where profiles are read and custom ones written (defaults:
+    ggtune's and the user config folder's). ``confirm(parent, title, text) -> bool`` asks
+    before a custom profile file is replaced; tests replace it.
+    """
+
+    report_ready = Signal(object)
+    profiles_loaded = Signal(object)
+
+    def __init__(
+        self,
+        hardware: HardwareController,
+        parent: QWidget | None = None,
+        *,
+        probe: Callable[[], HardwareReport] = detect,
+        builtin_dir: Path | None = None,
+        user_dir: Path | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._hardware = hardware
+        self._probe = probe
+        self._builtin_dir = builtin_dir or builtin_profiles_dir()
+        self._user_dir = user_dir or user_profiles_dir()
+        self._profiles = ProfileSet({}, {})
+        self._composed: Hardware | None = None
+        self._report: HardwareReport | None = None
+        self._probed = False
+        self.confirm: Callable[[QWidget, str, str], bool] = _confirm
+
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        body = QWidget()
+        layout = QVBoxLayout(body)
+        scroll.setWidget(body)
+        outer.addWidget(scroll)
+
+        self.planned_label = _plain_label()
+        self.planned_label.setAccessibleName("Planning for")
+        layout.addWidget(self.planned_label)
+        layout.addWidget(self._build_detected())
+        layout.addWidget(self._build_profiles(), 1)
+        layout.addWidget(self._build_composition())
+        layout.addWidget(self._build_editor())
+
+        hardware.hardware_changed.connect(self._on_hardware_changed)
+        self._on_hardware_changed(hardware.choice)
+        self.reload_profiles()
+
+    # --- building ---
+
+    def _build_detected(self) -> QGroupBox:
+        box = QGroupBox("This machine")
+        layout = QVBoxLayout(box)
+        self.devices_label = _plain_label("Detecting…")
+        self.devices_label.setAccessibleName("Detected devices")
+        self.probes_label = _plain_label()
+        self.probes_label.setAccessibleName("What could not be detected")
+        self.probes_label.setToolTip(
+            "Each probe: ✓ found something, – nothing to find on this system, ⚠ failed (why)"
+        )
+        layout.addWidget(self.devices_label)
+        layout.addWidget(self.probes_label)
+        row = QHBoxLayout()
+        self.detect_button = QPushButton("&Detect again")
+        self.detect_button.setToolTip("Run the hardware probes again")
+        self.detect_button.clicked.connect(self.detect)
+        self.use_local_button = QPushButton("Plan for this &machine")
+        self.use_local_button.clicked.connect(self._hardware.use_local)
+        row.addWidget(self.detect_button)
+        row.addWidget(self.use_local_button)
+        row.addStretch(1)
+        layout.addLayout(row)
+        return box
+
+    def _build_profiles(self) -> QGroupBox:
+        box = QGroupBox("Profiles")
+        layout = QVBoxLayout(box)
+        self.profile_model = ProfileTableModel(self, user_dir=self._user_dir)
+        self.profile_table = QTableView()
+        self.profile_table.setModel(self.profile_model)
+        self.profile_table.setAccessibleName("Hardware profiles")
+        self.profile_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.profile_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.profile_table.verticalHeader().hide()
+        self.profile_table.horizontalHeader().setSectionResizeMode(
+            QHeaderView.ResizeMode.ResizeToContents
+        )
+        self.profile_table.horizontalHeader().setStretchLastSection(True)
+        self.profile_table.setMinimumHeight(180)
+        self.profile_table.doubleClicked.connect(lambda _index: self.plan_selected_profile())
+        layout.addWidget(self.profile_table, 1)
+        row = QHBoxLayout()
+        self.plan_profile_button = QPushButton("&Plan for this profile")
+        self.plan_profile_button.setToolTip(
+            "Estimate for the selected profile (a GPU profile keeps this machine's RAM)"
+        )
+        self.plan_profile_button.clicked.connect(self.plan_selected_profile)
+        self.profiles_error = _plain_label()
+        self.profiles_error.setStyleSheet(ERROR_STYLE)
+        self.profiles_error.hide()
+        row.addWidget(self.plan_profile_button)
+        row.addStretch(1)
+        layout.addLayout(row)
+        layout.addWidget(self.profiles_error)
+        return box
+
+    def _build_composition(self) -> QGroupBox:
+        box = QGroupBox("Combine")
+        layout = QVBoxLayout(box)
+        row = QHBoxLayout()
+        self.composition = QLineEdit()
+        self.composition.setPlaceholderText("e.g. 2x rtx-3090 + 64 GB DDR5, or this + rtx-4090")
+        self.composition.setAccessibleName("Hardware composition")
+        self.composition.setToolTip(
+            "Profiles joined by +: '2x NAME' for several GPUs, 'NAME:48GB' for another memory "
+            "size, '64 GB DDR5' for system RAM, 'this' for this machine"
+        )
+        self.composition.textChanged.connect(self._on_composition_text_changed)
+        self.composition.returnPressed.connect(self.plan_composition)
+        self.plan_composition_button = QPushButton("Plan &for this")
+        self.plan_composition_button.setEnabled(False)
+        self.plan_composition_button.clicked.connect(self.plan_composition)
+        row.addWidget(self.composition, 1)
+        row.addWidget(self.plan_composition_button)
+        layout.addLayout(row)
+        self.composition_feedback = _plain_label()
+        self.composition_feedback.setAccessibleName("Composition check")
+        layout.addWidget(self.composition_feedback)
+        return box
+
+    def _build_editor(self) -> QGroupBox:
+        box = QGroupBox("Custom profile")
+        form = QFormLayout(box)
+        self.custom_name = QLineEdit()
+        self.custom_name.setPlaceholderText("e.g. My workstation GPU")
+        self.custom_kind = QComboBox()
+        for kind, title in KIND_TITLES.items():
+            self.custom_kind.addItem(title, kind)
+        self.custom_backend = QComboBox()
+        for backend in ("CUDA", "ROCm", "MTL", "Vulkan", "SYCL"):
+            self.custom_backend.addItem(backend, backend)
+        self.custom_kind.currentIndexChanged.connect(self._on_custom_kind_changed)
+
+        def spin(maximum: float, decimals: int, value: float, suffix: str) -> QDoubleSpinBox:
+            box = QDoubleSpinBox()
+            box.setRange(0.0, maximum)
+            box.setDecimals(decimals)
+            box.setValue(value)
+            box.setSuffix(suffix)
+            return box
+
+        self.custom_memory = spin(4096, 1, 24.0, " GiB")
+        self.custom_bandwidth = spin(100_000, 1, 900.0, " GB/s")
+        self.custom_usable = spin(1.0, 3, 0.95, "")
+        self.custom_usable.setSingleStep(0.01)
+        self.custom_usable.setToolTip("The share of the memory a model may use (0 … 1)")
+        self.custom_fp16 = spin(100_000, 1, 0.0, " TFLOPS")
+        self.custom_fp16.setSpecialValueText("unknown")
+        self.custom_source = QLineEdit()
+        self.custom_source.setPlaceholderText("where the figures come from (spec sheet, measured…)")
+        form.addRow("&Name:", self.custom_name)
+        form.addRow("&Kind:", self.custom_kind)
+        form.addRow("&Backend:", self.custom_backend)
+        form.addRow("Memory:", self.custom_memory)
+        form.addRow("Bandwidth:", self.custom_bandwidth)
+        form.addRow("&Usable fraction:", self.custom_usable)
+        form.addRow("FP16:", self.custom_fp16)
+        form.addRow("&Source:", self.custom_source)
+        self.save_profile_button = QPushButton("Save &profile")
+        self.save_profile_button.setToolTip(f"Save it to {self._user_dir}")
+        self.save_profile_button.clicked.connect(self.save_custom_profile)
+        form.addRow(self.save_profile_button)
+        self.editor_feedback = _plain_label()
+        self.editor_feedback.setAccessibleName("Custom profile check")
+        form.addRow(self.editor_feedback)
+        return box
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """Probe this machine the first time the tab is shown."""
+        super().showEvent(event)
+        if not self._probed:
+            self._probed = True
+            self.detect()
+
+    # --- actions ---
+
+    def detect(self) -> None:
+        """Run the hardware probes on the job pool; ``report_ready`` answers."""
+        self._probed = True
+        self.detect_button.setEnabled(False)
+        self.devices_label.setText("Detecting…")
+        run_job(
+            self._probe,
+            on_success=self._on_probe_done,
+            on_failure=self._on_probe_failed,
+            parent=self,
+        )
+
+    def reload_profiles(self) -> None:
+        """Read the built-in and custom profiles; a bad custom file is shown, not fatal."""
+        self.profiles_error.hide()
+        try:
+            profiles = load_profiles([self._builtin_dir, self._user_dir])
+        except GGTuneError as err:
+            self.profiles_error.setText(f"Custom profiles not loaded: {err}")
+            self.profiles_error.show()
+            try:
+                profiles = load_profiles([self._builtin_dir])
+            except GGTuneError as builtin_err:
+                self.profiles_error.setText(f"Profiles not loaded: {builtin_err}")
+                profiles = ProfileSet({}, {})
+        self._profiles = profiles
+        self.profile_model.set_profiles(tuple(profiles))
+        self._on_composition_text_changed(self.composition.text())
+        self.profiles_loaded.emit(profiles)
+
+    def select_profile(self, profile_id_: str) -> bool:
+        """Select the row of ``profile_id_``; return whether it exists."""
+        for row, profile in enumerate(self.profile_model.profiles):
+            if profile.id == profile_id_:
+                self.profile_table.selectRow(row)
+                return True
+        return False
+
+    def plan_selected_profile(self) -> None:
+        """Plan for the selected profile (a GPU keeps this machine's host)."""
+        rows = self.profile_table.selectionModel().selectedRows()
+        if not rows:
+            self.profiles_error.setText("Select a profile first.")
+            self.profiles_error.show()
+            return
+        profile = rows[0].data(Qt.ItemDataRole.UserRole)
+        assert isinstance(profile, HardwareProfile), "the table holds profiles"
+        try:
+            hardware = self._compose(profile.id)
+        except GGTuneError as err:
+            self.profiles_error.setText(str(err))
+            self.profiles_error.show()
+            return
+        self.profiles_error.hide()
+        self._hardware.set_hardware(
+            hardware, f"Profile {profile.name}: {describe_hardware(hardware)}", "profile"
+        )
+
+    def plan_composition(self) -> None:
+        """Plan for the composition typed, if it is valid."""
+        if self._composed is None:
+            return
+        text = self.composition.text().strip()
+        self._hardware.set_hardware(
+            self._composed, f"{text}: {describe_hardware(self._composed)}", "profile"
+        )
+
+    def save_custom_profile(self) -> None:
+        """Validate the editor's profile and write it atomically to the user's folder."""
+        fields = CustomProfileFields(
+            name=self.custom_name.text(),
+            kind=self.custom_kind.currentData(),
+            backend="CPU"
+            if self.custom_kind.currentData() == "host"
+            else self.custom_backend.currentData(),
+            memory_gib=self.custom_memory.value(),
+            bandwidth_gb_per_s=self.custom_bandwidth.value(),
+            usable_fraction=self.custom_usable.value(),
+            fp16_tflops=self.custom_fp16.value(),
+            source=self.custom_source.text(),
+        )
+        try:
+            profile, text, path = check_custom_profile(fields, self._user_dir, self._profiles)
+        except HardwareProfileError as err:
+            self._editor_message(f"Not saved: {err.message}", error=True)
+            return
+        exists = path.exists()
+        if exists and not self.confirm(
+            self, "Replace the profile?", f"{path} already exists. Replace it?"
+        ):
+            self._editor_message("Not saved: the existing file was kept.", error=True)
+            return
+        try:
+            write_text_atomic(path, text, overwrite=exists, make_parents=True)
+        except (GGTuneError, OSError) as err:
+            self._editor_message(f"Not saved: {describe_error(err)}", error=True)
+            return
+        self.reload_profiles()
+        self.select_profile(profile.id)
+        self._editor_message(f"Saved {path} (profile {profile.id})", error=False)
+
+    # --- slots ---
+
+    def _on_probe_done(self, report: HardwareReport) -> None:
+        self._report = report
+        devices, probes = describe_report(report)
+        self.devices_label.setText(devices)
+        self.probes_label.setText(probes)
+        self.detect_button.setEnabled(True)
+        self.report_ready.emit(report)
+
+    def _on_probe_failed(self, error: Exception) -> None:
+        self.devices_label.setText(f"Could not detect this machine: {describe_error(error)}")
+        self.probes_label.clear()
+        self.detect_button.setEnabled(True)
+
+    def _on_hardware_changed(self, choice: object) -> None:
+        label = getattr(choice, "label", "")
+        self.planned_label.setText(f"<b>Planning for:</b> {label}")
+
+    def _on_composition_text_changed(self, text: str) -> None:
+        self._composed = None
+        if not text.strip():
+            self.composition_feedback.clear()
+            self.plan_composition_button.setEnabled(False)
+            return
+        try:
+            hardware = self._compose(text)
+        except GGTuneError as err:
+            self.composition_feedback.setText(str(err))
+            self.composition_feedback.setStyleSheet(ERROR_STYLE)
+            self.plan_composition_button.setEnabled(False)
+            return
+        self._composed = hardware
+        self.composition_feedback.setText(f"✓ {describe_hardware(hardware)}")
+        self.composition_feedback.setStyleSheet(OK_STYLE)
+        self.plan_composition_button.setEnabled(True)
+
+    def _on_custom_kind_changed(self, _index: int) -> None:
+        self.custom_backend.setEnabled(self.custom_kind.currentData() != "host")
+
+    # --- helpers ---
+
+    def _compose(self, text: str) -> Hardware:
+        local = self._hardware.local
+
+        def this_machine() -> Hardware:
+            if local is None:
+                raise HardwareProfileError("this machine is still being detected")
+            return local
+
+        return compose(
+            text,
+            profiles=self._profiles,
+            default_host=None if local is None else local.host,
+            this_machine=this_machine,
+        )
+
+    def _editor_message(self, text: str, *, error: bool) -> None:
+        self.editor_feedback.setText(text)
+        self.editor_feedback.setStyleSheet(ERROR_STYLE if error else OK_STYLE)

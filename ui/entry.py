@@ -1,0 +1,149 @@
+"""The one ``ggtune`` executable: the desktop app, the CLI, or a self-test.
+
+``ggtune`` is both the console script and the frozen bundle's executable
+(``packaging/ggtune.spec``), so a double-click and a terminal reach the same code:
+
+* no arguments (a double-click): the desktop app, on the last model or the demo model;
+* one ``.gguf`` file that exists (a file manager's "Open with"): the desktop app on it;
+* ``--selftest [--model PATH]``: open the main window offscreen on the demo model (or
+  ``PATH``), estimate, dry-run llama.cpp in the child process, print what happened and
+  exit 0, or non-zero with the reason on the last line;
+* anything else: the command line (:func:`ui.cli.run`), e.g. ``ggtune estimate MODEL``.
+
+:func:`main` calls :func:`multiprocessing.freeze_support` before anything else: in a
+frozen bundle the runner's ``spawn`` children start this same executable, and that call
+turns them into the child instead of a second app. Qt is imported only on the desktop
+paths, so CLI runs and the runner's children stay light.
+
+Example::
+
+    $ ggtune --selftest
+    selftest: ok in 6.1 s
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final, NoReturn
+
+from app.paths import is_frozen
+
+SELFTEST_TIMEOUT_S: Final = 180.0
+"""The whole self-test: window, model header, hardware probe, estimate and the dry run."""
+
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Console-script and bundle entry point: dispatch on the arguments, then exit."""
+    multiprocessing.freeze_support()  # first: a frozen spawn child stops here
+    sys.exit(dispatch(sys.argv[1:] if argv is None else list(argv)))
+
+
+def dispatch(argv: Sequence[str]) -> int:
+    """Run the desktop app, the self-test or the CLI for ``argv``; return the exit status."""
+    args = list(argv)
+    if not args or (len(args) == 1 and _is_model_file(args[0])):
+        from ui.desktop.__main__ import main as desktop_main
+
+        return desktop_main(args)
+    if args[0] == "--selftest":
+        return selftest(args[1:])
+    if args[0] == "-m" and is_frozen():
+        # app.demo_models fetches the demo model with `sys.executable -m pip`; in a bundle
+        # sys.executable is this program, which carries no pip. Say so (pip's caller shows
+        # this last stderr line to the user) instead of a CLI usage error.
+        print(
+            "ERROR: the ggtune bundle cannot run `python -m ...` (no pip inside), so it "
+            "cannot download the demo model; open a .gguf file instead",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    from ui.cli import run
+
+    return run(args)
+
+
+def _is_model_file(arg: str) -> bool:
+    return arg.lower().endswith(".gguf") and os.path.isfile(arg)
+
+
+# --- the self-test ------------------------------------------------------------------------
+
+
+def _say(text: str) -> None:
+    print(f"selftest: {text}", flush=True)
+
+
+def default_model() -> Path:
+    """Return where the demo model lives in the user cache (it may be absent)."""
+    from app.demo_models import GEMMA, models_dir
+
+    return models_dir() / GEMMA.filename
+
+
+def selftest_parser() -> argparse.ArgumentParser:
+    """Return the parser of ``ggtune --selftest``'s own options."""
+    parser = argparse.ArgumentParser(
+        prog="ggtune --selftest",
+        description="Open the main window offscreen, estimate, dry-run llama.cpp, exit 0.",
+    )
+    parser.add_argument(
+        "--model", metavar="PATH", help="a .gguf file (default: the demo model in the cache)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=SELFTEST_TIMEOUT_S, metavar="S", help="give up after S"
+    )
+    return parser
+
+
+def selftest(argv: Sequence[str] = ()) -> int:
+    """Check that the app works here, end to end; return 0, or 1 with the reason last.
+
+    The main window is shown on the ``offscreen`` Qt platform unless ``QT_QPA_PLATFORM``
+    says otherwise, with throw-away settings (the user's recent files are left alone).
+    """
+    try:
+        args = selftest_parser().parse_args(list(argv))
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else EXIT_USAGE
+    started = time.monotonic()
+    model = Path(args.model) if args.model else default_model()
+    _say(f"ggtune {_version()} on Python {sys.version.split()[0]}, frozen: {is_frozen()}")
+    if not model.is_file():
+        where = "" if args.model else " (the demo model is fetched by `python3 tasks.py run`)"
+        _say(f"FAILED: no model file at {model}{where}; pass --model PATH to a .gguf file")
+        return EXIT_FAILED
+    _say(f"model {model}")
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    with tempfile.TemporaryDirectory(prefix="ggtune-selftest-") as scratch:
+        from ui.desktop.selftest import run_window
+
+        code, reason = run_window(str(model), Path(scratch), args.timeout)
+    elapsed = time.monotonic() - started
+    if code == 0:
+        _say(f"ok in {elapsed:.1f} s")
+    else:
+        _say(f"FAILED after {elapsed:.1f} s: {reason}")
+    return code
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ggtune")
+    except PackageNotFoundError:  # a bundle may carry no metadata
+        return "(version unknown)"
+
+
+if __name__ == "__main__":
+    main()
