@@ -15,8 +15,26 @@ device of unknown capacity is taken to fit. Where GPUs exist, candidates that ke
 layer on them rank first for every goal: a layer in system RAM costs far more speed than
 any quant or cache type saves (the explanation shows how much).
 
-Not searched (yet): a speculative draft model, and a split over several machines with
-llama.cpp's RPC backend.
+A **speculative draft model** (``Goal(draft=spec)``) is budgeted in the memory of every
+plan: :func:`app.estimate.estimate` of the draft with the target's settings (same context,
+cache types, flash attention, slots, tensor split) but its own ``-ngld`` — every layer on
+the GPUs when the target keeps all of its layers there, else none — placed on the same
+devices. A simplification: llama-server gives the draft its own context and placement,
+which this does not search. Its speed-up is the standard formula (Leviathan et al. 2023):
+a target step with ``k`` drafted tokens yields ``(1 − α^(k+1))/(1 − α)`` tokens for an
+acceptance rate ``α`` and costs ``k·t_draft + t_target`` (:mod:`app.speed`). α is 0.7
+unless given; it depends on how alike the two models are. The draft is recommended only
+when it decodes ≥ 2.5× faster than the target and the predicted speed-up is above 1.1
+(REFERENCE.md §6); :attr:`Recommendation.draft` says why either way.
+
+A **split over several machines** with llama.cpp's RPC backend (``Goal(rpc_hosts=…)``)
+adds each remote's GPUs (its CPU when it has none) as devices ``RPC0``, ``RPC1`` … in the
+order given, before the local GPUs, as llama.cpp does (``src/llama.cpp`` puts RPC devices
+first; ``ggml-rpc.cpp`` names them ``"RPC" + n`` with a global counter); layers are split
+over all devices in proportion to their memory, like the default tensor split. The speed
+model adds the network: per token, the hidden state (``n_embd·4`` bytes) crosses each
+machine boundary over the link (default 1 Gbit/s, 0.5 ms latency).
+:attr:`Recommendation.rpc` gives the memory per machine and the commands to start it.
 
 Example::
 
@@ -24,21 +42,40 @@ Example::
     rec = recommend(spec, hardware, Goal("longest-context"), options=options)
     rec.best.settings, rec.best.n_ctx_per_user
     print(rec.why)
+    rec = recommend(spec, hardware, Goal("fastest", draft=draft_spec))     # rec.draft.used
+    rpc = RpcHost(compose("rtx-3090"), "192.168.1.20:50052")
+    rec = recommend(spec, hardware, Goal("fastest", rpc_hosts=(rpc,)))
+    server_argv("model.gguf", rec)      # llama-server … --rpc 192.168.1.20:50052
     max_users(spec, hardware, ctx_per_user=8192, min_tok_per_s=20).n_users
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, get_args
+from typing import Any, Final, Literal, get_args
 
 from app.errors import GGTuneError, SettingsError
-from app.estimate import MemoryEstimate, estimate
-from app.hardware import Hardware
+from app.estimate import DeviceEstimate, MemoryEstimate, estimate, place_layers
+from app.export.llama_server import llama_server_argv
+from app.hardware import Device, Hardware
 from app.settings import ALL_LAYERS, CacheType, Settings
 from app.spec import ModelSpec
-from app.speed import SpeedFactors, SpeedPrediction, predict_speed
+from app.speed import (
+    DEFAULT_DRAFT_ACCEPTANCE,
+    MIN_DRAFT_SPEED_RATIO,
+    MIN_DRAFT_SPEEDUP,
+    Link,
+    SpeedFactors,
+    SpeedPrediction,
+    best_draft_length,
+    expected_tokens_per_step,
+    network_s,
+    predict_speed,
+    with_network,
+)
 
 GIB: Final = 1024**3
 MIB: Final = 1024**2
@@ -213,6 +250,43 @@ def quality_cost(option: QuantOption, options: Sequence[QuantOption] = ()) -> fl
 
 # --- goals and candidates -----------------------------------------------------------------
 
+DEFAULT_RPC_PORT: Final = 50052
+"""rpc-server's default port (``tools/rpc/rpc-server.cpp``)."""
+
+SPEC_VOCAB_MAX_SIZE_DIFFERENCE: Final = 128
+"""llama.cpp refuses a draft whose vocabulary size differs more (common/speculative.cpp)."""
+
+DRAFT_CAVEAT: Final = (
+    "The speed-up depends on how alike the two models are (acceptance α); measured 1.7× "
+    "on an RTX 3060 with a 1B draft for an 8B (llama.cpp #5877), no gain at low acceptance "
+    "(llama.cpp PR #10455)."
+)
+
+LOCAL_MACHINE: Final = "this machine"
+
+
+@dataclass(frozen=True, slots=True)
+class RpcHost:
+    """A remote machine that lends its devices through llama.cpp's ``rpc-server``.
+
+    ``hardware``: its GPUs (or, with none, its host CPU, which rpc-server then offers);
+    ``endpoint``: ``host:port`` as ``llama-server --rpc`` takes it.
+    """
+
+    hardware: Hardware
+    endpoint: str = f"remote:{DEFAULT_RPC_PORT}"
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        host, sep, port = self.endpoint.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise PlanError(f"RPC endpoint must be host:port, got {self.endpoint!r}")
+
+    @property
+    def port(self) -> int:
+        """Return the port rpc-server listens on."""
+        return int(self.endpoint.rpartition(":")[2])
+
 
 @dataclass(frozen=True, slots=True)
 class Goal:
@@ -223,6 +297,10 @@ class Goal:
     ``ctx`` tokens of depth must get ``min_tok_per_s``); ``leave_free_bytes``: kept free
     on every device above the margin; ``max_kld``: weight quants worse than this are not
     picked unless they are the user's own file; ``kv_types``: cache types allowed.
+
+    ``draft``: a speculative draft model to consider (``draft_acceptance`` α, at most
+    ``draft_max`` drafted tokens per step); ``rpc_hosts``: remote machines to split over
+    with llama.cpp's RPC backend, joined by ``link`` (see the module doc).
     """
 
     name: GoalName
@@ -234,6 +312,11 @@ class Goal:
     margin_bytes: int = DEFAULT_MARGIN_BYTES
     max_kld: float | None = DEFAULT_MAX_KLD
     kv_types: tuple[CacheType, ...] = ("f16", "q8_0")
+    draft: ModelSpec | None = None
+    draft_acceptance: float = DEFAULT_DRAFT_ACCEPTANCE
+    draft_max: int = 16
+    rpc_hosts: tuple[RpcHost, ...] = ()
+    link: Link = field(default_factory=Link)
 
     def __post_init__(self) -> None:
         if self.name not in GOALS:
@@ -244,6 +327,13 @@ class Goal:
             raise PlanError("memory to leave free must be ≥ 0")
         if not self.kv_types:
             raise PlanError("at least one KV cache type is needed")
+        if not 0.0 <= self.draft_acceptance < 1.0:
+            raise PlanError(f"draft acceptance must be in [0, 1), got {self.draft_acceptance}")
+        if self.draft_max < 1:
+            raise PlanError(f"draft length must be ≥ 1, got {self.draft_max}")
+        endpoints = [h.endpoint for h in self.rpc_hosts]
+        if len(set(endpoints)) != len(endpoints):
+            raise PlanError("each RPC host needs its own host:port")
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,24 +380,124 @@ class Recommendation:
     feasible: bool
     n_evaluated: int
     alternatives: tuple[Candidate, ...] = field(default=())
+    draft: DraftPlan | None = None
+    rpc: RpcPlan | None = None
+    hardware: Hardware | None = None
+    """The devices planned on: ``hardware`` with the RPC devices first (None: as given)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DraftPlan:
+    """The planner's verdict on a speculative draft model (see the module doc).
+
+    ``used``: recommended; ``why``: the reason either way, in plain words. The numbers are
+    None where the planner never got to them (e.g. the draft did not fit). ``settings``
+    are the draft's (``n_gpu_layers`` is ``-ngld``); ``estimate`` is its memory alone.
+    """
+
+    spec: ModelSpec
+    used: bool
+    why: str
+    acceptance: float
+    settings: Settings | None = None
+    estimate: MemoryEstimate | None = None
+    draft_tok_per_s: float | None = None
+    target_tok_per_s: float | None = None
+    speed_ratio: float | None = None
+    draft_max: int | None = None
+    tokens_per_step: float | None = None
+    speedup: float | None = None
+
+    @property
+    def decode_tok_per_s(self) -> float | None:
+        """Return the predicted one-user decode speed with the draft."""
+        if self.target_tok_per_s is None or self.speedup is None:
+            return None
+        return self.target_tok_per_s * self.speedup
+
+
+@dataclass(frozen=True, slots=True)
+class MachineMemory:
+    """Memory on one machine of an RPC split: ``machine`` is "this machine" or host:port."""
+
+    machine: str
+    devices: tuple[str, ...]
+    total_bytes: int
+    weights_bytes: int
+    capacity_bytes: int | None
+    n_layers: int
+
+
+@dataclass(frozen=True, slots=True)
+class RpcPlan:
+    """A split over machines with llama.cpp's RPC backend, and how to start it.
+
+    ``machines``: memory per machine, remotes first; ``n_boundaries``: machine changes a
+    token's hidden state makes per step; ``network_s_per_token`` what they cost;
+    ``remote_commands``: one ``rpc-server`` argv per remote; ``rpc_arg``: ``--rpc``'s value.
+    """
+
+    hosts: tuple[RpcHost, ...]
+    link: Link
+    machines: tuple[MachineMemory, ...]
+    n_boundaries: int
+    network_s_per_token: float
+    remote_commands: tuple[tuple[str, ...], ...]
+    rpc_arg: str
 
 
 class _Search:
     """Memoised estimates and fits for one (hardware, goal) pair."""
 
-    def __init__(self, hardware: Hardware, goal: Goal, factors: SpeedFactors | None) -> None:
+    def __init__(
+        self,
+        hardware: Hardware,
+        goal: Goal,
+        factors: SpeedFactors | None,
+        *,
+        machines: dict[str, str] | None = None,
+        draft: ModelSpec | None = None,
+    ) -> None:
         self.hardware = hardware
         self.goal = goal
         self.factors = factors or SpeedFactors()
         self.reserve = goal.margin_bytes + goal.leave_free_bytes
         self.count = 0
+        self.machines = machines
+        """Device name -> machine (an RPC split), None on one machine."""
+        self.draft = draft
+        self._draft_memo: dict[Settings, MemoryEstimate | None] = {}
+
+    def draft_settings(self, settings: Settings) -> Settings:
+        """Return the draft's settings: the target's, with its own ``-ngld`` (all layers on
+        the GPUs when the target has all of its own there, else none) and no experts on
+        the CPU."""
+        ngl = ALL_LAYERS if settings.n_gpu_layers == ALL_LAYERS else 0
+        return settings.replace(n_gpu_layers=ngl, n_cpu_moe=0)
+
+    def draft_estimate(self, settings: Settings) -> MemoryEstimate | None:
+        """Return the draft's own memory next to a target run with ``settings``."""
+        if self.draft is None:
+            return None
+        ds = self.draft_settings(settings)
+        if ds not in self._draft_memo:
+            try:
+                self.count += 1
+                self._draft_memo[ds] = estimate(self.draft, ds, self.hardware)
+            except SettingsError:
+                self._draft_memo[ds] = None
+        return self._draft_memo[ds]
 
     def estimate(self, spec: ModelSpec, settings: Settings) -> MemoryEstimate | None:
         try:
             self.count += 1
-            return estimate(spec, settings, self.hardware)
+            est = estimate(spec, settings, self.hardware)
         except SettingsError:
             return None  # llama.cpp refuses the combination (cache type rules)
+        if self.draft is None:
+            return est
+        extra = self.draft_estimate(settings)
+        return None if extra is None else _with_draft_memory(est, extra)
 
     def fits(self, est: MemoryEstimate, *, gpus_only: bool = False) -> bool:
         for d in est.devices:
@@ -367,9 +557,38 @@ class _Search:
         return max(options, key=lambda s: self.speed(spec, s, 0, 1).decode_tok_per_s)
 
     def speed(self, spec: ModelSpec, settings: Settings, depth: int, users: int) -> SpeedPrediction:
-        return predict_speed(
+        pred = predict_speed(
             spec, settings, self.hardware, depth=depth, n_users=users, factors=self.factors
         )
+        if self.machines is None:
+            return pred
+        n = self.boundaries(spec, settings)
+        link = self.goal.link
+        return with_network(
+            pred,
+            decode_s=network_s(1, spec.n_embd, n, link),
+            decode_batch_s=network_s(users, spec.n_embd, n, link),
+            prefill_s=network_s(pred.n_prompt, spec.n_embd, n, link),
+        )
+
+    def boundaries(self, spec: ModelSpec, settings: Settings) -> int:
+        """Return how many times a token's hidden state changes machine in one step: from
+        this machine (the input embeddings) through the layers and the output layer, back
+        to this machine (sampling)."""
+        if self.machines is None:
+            return 0
+        p = place_layers(spec, settings, self.hardware)
+        names = [d.name for d in self.hardware.gpus]
+
+        def machine(i: int) -> str:
+            return LOCAL_MACHINE if i < 0 else self.machines_of(names[i])
+
+        seq = [LOCAL_MACHINE, *(machine(i) for i in p.layer_device), machine(p.output_device)]
+        seq.append(LOCAL_MACHINE)
+        return sum(1 for a, b in itertools.pairwise(seq) if a != b)
+
+    def machines_of(self, device: str) -> str:
+        return (self.machines or {}).get(device, LOCAL_MACHINE)
 
     def candidate(
         self, option: QuantOption, settings: Settings, ctx: int, users: int, depth: int
@@ -392,6 +611,55 @@ class _Search:
             n_layers=option.spec.n_layer_all,
             spare_bytes=spare,
         )
+
+
+def _with_draft_memory(est: MemoryEstimate, draft: MemoryEstimate) -> MemoryEstimate:
+    """Return ``est`` with the draft's memory added on each device (same devices)."""
+    extra = {d.name: d for d in draft.devices}
+
+    def add(d: DeviceEstimate) -> DeviceEstimate:
+        x = extra.get(d.name)
+        if x is None:
+            return d
+        return dataclasses.replace(
+            d,
+            weights_bytes=d.weights_bytes + x.weights_bytes,
+            kv_bytes=d.kv_bytes + x.kv_bytes,
+            recurrent_bytes=d.recurrent_bytes + x.recurrent_bytes,
+            compute_bytes=d.compute_bytes + x.compute_bytes,
+            output_bytes=d.output_bytes + x.output_bytes,
+            other_bytes=d.other_bytes + x.other_bytes,
+        )
+
+    return dataclasses.replace(
+        est,
+        devices=tuple(add(d) for d in est.devices),
+        notes=(*est.notes, "includes the speculative draft model's weights, KV cache and buffers"),
+    )
+
+
+def rpc_hardware(local: Hardware, hosts: Sequence[RpcHost]) -> tuple[Hardware, dict[str, str]]:
+    """Return ``local`` with the remotes' devices in front, and each device's machine.
+
+    Each remote offers its GPUs (its CPU when it has none, as ``rpc-server`` does by
+    default); they are named ``RPC0``, ``RPC1`` … over all remotes in order, as
+    ``ggml-rpc.cpp`` names them, and come before the local GPUs (``src/llama.cpp``).
+    """
+    remote: list[Device] = []
+    machines: dict[str, str] = {}
+    n = 0
+    for h in hosts:
+        for d in h.hardware.gpus or (h.hardware.host,):
+            name = f"RPC{n}"
+            n += 1
+            what = d.description or h.label or d.name
+            remote.append(
+                dataclasses.replace(d, name=name, kind="gpu", description=f"{what} @ {h.endpoint}")
+            )
+            machines[name] = h.endpoint
+    for d in local.devices:
+        machines[d.name] = LOCAL_MACHINE
+    return Hardware(host=local.host, gpus=(*remote, *local.gpus)), machines
 
 
 def fit_layers(
@@ -471,12 +739,36 @@ def recommend(
     """Return the best plan for ``goal`` with the reason and the runner-up (pure).
 
     ``options`` are the quants to consider (default: the model's own, no simulation).
+    With ``goal.draft`` the plan is made with and without the draft and
+    :attr:`Recommendation.draft` says which won and why; with ``goal.rpc_hosts`` the plan
+    is over this machine and the remotes (:attr:`Recommendation.rpc`).
     """
     opts = list(options) if options is not None else list(quant_options(spec, simulate=None))
     if not opts:
         raise PlanError("no quant to plan for")
+    machines: dict[str, str] | None = None
+    if goal.rpc_hosts:
+        hardware, machines = rpc_hardware(hardware, goal.rpc_hosts)
+    rec, search = _recommend_on(spec, hardware, goal, opts, factors, machines, None)
+    if goal.draft is not None:
+        rec = _consider_draft(spec, hardware, goal, opts, factors, machines, rec)
+    if machines is not None:
+        rpc = _rpc_plan(spec, goal, search, rec.best)
+        rec = dataclasses.replace(rec, rpc=rpc, why=f"{rec.why} {_rpc_words(rpc)}")
+    return dataclasses.replace(rec, hardware=hardware)
+
+
+def _recommend_on(
+    spec: ModelSpec,
+    hardware: Hardware,
+    goal: Goal,
+    opts: Sequence[QuantOption],
+    factors: SpeedFactors | None,
+    machines: dict[str, str] | None,
+    draft: ModelSpec | None,
+) -> tuple[Recommendation, _Search]:
     allowed = _allowed(opts, goal)
-    search = _Search(hardware, goal, factors)
+    search = _Search(hardware, goal, factors, machines=machines, draft=draft)
     users = goal.n_users if goal.name == "users" else 1
     train = _train_ctx(spec)
     want_ctx = max(goal.ctx or DEFAULT_CTX, goal.min_ctx)
@@ -492,7 +784,197 @@ def recommend(
                 c = None if s is None else search.candidate(option, s, want_ctx, users, depth)
             if c is not None:
                 cands.append(c)
-    return _choose(goal, cands, opts, hardware, search.count)
+    return _choose(goal, cands, opts, hardware, search.count), search
+
+
+def _consider_draft(
+    spec: ModelSpec,
+    hardware: Hardware,
+    goal: Goal,
+    opts: Sequence[QuantOption],
+    factors: SpeedFactors | None,
+    machines: dict[str, str] | None,
+    plain: Recommendation,
+) -> Recommendation:
+    """Return ``plain`` or the plan with the draft, whichever pays off, with the reason."""
+    draft = goal.draft
+    assert draft is not None
+    alpha = goal.draft_acceptance
+    name = draft.name or draft.path
+
+    def refuse(reason: str, **numbers: Any) -> Recommendation:
+        plan = DraftPlan(draft, False, f"{reason} {DRAFT_CAVEAT}", alpha, **numbers)
+        return dataclasses.replace(
+            plain,
+            draft=plan,
+            why=f"{plain.why} Draft model {name}: not used — {reason}"
+            + (f" {DRAFT_CAVEAT}" if numbers else ""),
+        )
+
+    diff = abs(spec.n_vocab - draft.n_vocab)
+    if diff > SPEC_VOCAB_MAX_SIZE_DIFFERENCE:
+        return refuse(
+            f"its vocabulary ({draft.n_vocab:,} tokens) differs from the target's "
+            f"({spec.n_vocab:,}) by more than {SPEC_VOCAB_MAX_SIZE_DIFFERENCE}; llama.cpp "
+            "refuses such a pair (common/speculative.cpp)."
+        )
+    if plain.best is None:
+        return refuse("the target alone does not fit, so there is no room for a draft.")
+    drafted, search = _recommend_on(spec, hardware, goal, opts, factors, machines, draft)
+    best = drafted.best
+    if best is None:
+        return refuse(
+            f"too big: with its {fmt_gib(draft.weights_bytes)} of weights and its own KV "
+            "cache nothing fits any more."
+        )
+    dset = search.draft_settings(best.settings)
+    dest = estimate(draft, dset, hardware)
+    depth = best.speed.depth
+    dspeed = search.speed(draft, dset, depth, 1).decode_tok_per_s
+    tspeed = best.speed.decode_tok_per_s
+    ratio = dspeed / tspeed
+    k, up = best_draft_length(alpha, 1.0 / dspeed, 1.0 / tspeed, k_max=goal.draft_max)
+    numbers: dict[str, Any] = {
+        "settings": dset,
+        "estimate": dest,
+        "draft_tok_per_s": dspeed,
+        "target_tok_per_s": tspeed,
+        "speed_ratio": ratio,
+        "draft_max": k,
+        "tokens_per_step": expected_tokens_per_step(alpha, k),
+        "speedup": up,
+    }
+    with_draft = tspeed * up
+    plain_tps = plain.best.speed.decode_tok_per_s
+    reason = ""
+    if ratio < MIN_DRAFT_SPEED_RATIO:
+        reason = (
+            f"too slow: it decodes at ~{fmt_tps(dspeed)} tok/s, only {ratio:.1f}× the "
+            f"target's ~{fmt_tps(tspeed)}; a draft must be ≥ {MIN_DRAFT_SPEED_RATIO:g}× "
+            f"faster to pay off (predicted ×{up:.2f} at acceptance {alpha:g})."
+        )
+    elif up <= MIN_DRAFT_SPEEDUP:
+        reason = (
+            f"the predicted speed-up is only ×{up:.2f} (≤ ×{MIN_DRAFT_SPEEDUP:g}) at "
+            f"acceptance {alpha:g} with {k} drafted tokens per step."
+        )
+    elif with_draft <= plain_tps:
+        reason = (
+            f"too big: its memory pushes the target off the GPUs, and ×{up:.2f} of the "
+            f"slower plan (~{fmt_tps(with_draft)} tok/s) does not beat "
+            f"~{fmt_tps(plain_tps)} tok/s without it."
+        )
+    elif goal.name == "longest-context" and best.n_ctx_per_user < plain.best.n_ctx_per_user:
+        reason = (
+            f"its KV cache would cost context: {fmt_ctx(best.n_ctx_per_user)} instead of "
+            f"{fmt_ctx(plain.best.n_ctx_per_user)} (it would give ×{up:.2f} speed)."
+        )
+    if reason:
+        return refuse(reason, **numbers)
+    used_on = ", ".join(
+        f"{fmt_gib(d.total_bytes)} on {d.name}" for d in dest.devices if d.total_bytes > 0
+    )
+    why = (
+        f"Draft model {name}: used, predicted ×{up:.2f} (~{fmt_tps(with_draft)} tok/s instead "
+        f"of ~{fmt_tps(tspeed)}). It decodes {ratio:.1f}× faster than the target; at "
+        f"acceptance {alpha:g} with {k} drafted tokens a target step yields "
+        f"{expected_tokens_per_step(alpha, k):.2f} tokens on average for the cost of "
+        f"{k} draft steps and one target step (Leviathan et al. 2023). Its weights and KV "
+        f"cache ({used_on}) are counted in the memory above."
+    )
+    plan = DraftPlan(draft, True, f"{why} {DRAFT_CAVEAT}", alpha, **numbers)
+    return dataclasses.replace(drafted, draft=plan, why=f"{drafted.why} {why} {DRAFT_CAVEAT}")
+
+
+def _rpc_plan(spec: ModelSpec, goal: Goal, search: _Search, best: Candidate | None) -> RpcPlan:
+    """Return the memory per machine of ``best`` and the commands that start the split."""
+    order = [*(h.endpoint for h in goal.rpc_hosts), LOCAL_MACHINE]
+    machines: list[MachineMemory] = []
+    n_boundaries = 0
+    net = 0.0
+    if best is not None:
+        for m in order:
+            devs = [d for d in best.estimate.devices if search.machines_of(d.name) == m]
+            caps = [d.capacity_bytes for d in devs]
+            machines.append(
+                MachineMemory(
+                    machine=m,
+                    devices=tuple(d.name for d in devs),
+                    total_bytes=sum(d.total_bytes for d in devs),
+                    weights_bytes=sum(d.weights_bytes for d in devs),
+                    capacity_bytes=None if None in caps else sum(c or 0 for c in caps),
+                    n_layers=sum(d.n_layers for d in devs),
+                )
+            )
+        n_boundaries = search.boundaries(best.quant.spec, best.settings)
+        net = network_s(1, spec.n_embd, n_boundaries, goal.link)
+    remote = tuple(("rpc-server", "-H", "0.0.0.0", "-p", str(h.port)) for h in goal.rpc_hosts)
+    return RpcPlan(
+        hosts=goal.rpc_hosts,
+        link=goal.link,
+        machines=tuple(machines),
+        n_boundaries=n_boundaries,
+        network_s_per_token=net,
+        remote_commands=remote,
+        rpc_arg=",".join(h.endpoint for h in goal.rpc_hosts),
+    )
+
+
+RPC_SECURITY_NOTE: Final = (
+    "rpc-server has no authentication or encryption (it warns: never expose it to an "
+    "open network): -H 0.0.0.0 listens on every interface, so run it only on a trusted "
+    "LAN, or bind -H to the LAN address and firewall the port to the main machine."
+)
+
+
+def _rpc_words(rpc: RpcPlan) -> str:
+    if not rpc.machines:
+        return (
+            f"Split over {len(rpc.hosts) + 1} machines with llama.cpp's RPC backend: nothing fits."
+        )
+    parts = []
+    for m in rpc.machines:
+        cap = f" of {fmt_gib(m.capacity_bytes)}" if m.capacity_bytes else ""
+        parts.append(
+            f"{m.machine} {fmt_gib(m.total_bytes)}{cap} ({', '.join(m.devices)}, "
+            f"{m.n_layers} layers)"
+        )
+    return (
+        f"Split over {len(rpc.machines)} machines with llama.cpp's RPC backend: "
+        f"{'; '.join(parts)}. The network costs ~{rpc.network_s_per_token * 1000:.1f} ms per "
+        f"token ({rpc.n_boundaries} machine crossings of the hidden state at "
+        f"{rpc.link.gbit_per_s:g} Gbit/s and {rpc.link.latency_s * 1000:g} ms each), "
+        "included in the speed."
+    )
+
+
+def server_argv(
+    model_path: str,
+    rec: Recommendation,
+    *,
+    draft_path: str | None = None,
+    program: str = "llama-server",
+) -> tuple[str, ...]:
+    """Return the llama-server command for ``rec``: its settings, the draft when it is
+    used (``-md FILE --spec-type draft-simple -ngld N --spec-draft-n-max K``; FILE is
+    ``draft_path`` or the draft's own path) and ``--rpc host:port,…`` for a split."""
+    if rec.best is None:
+        raise PlanError("nothing fits: no command to give")
+    d = rec.draft if rec.draft is not None and rec.draft.used else None
+    argv = list(
+        llama_server_argv(
+            model_path,
+            rec.best.settings,
+            program=program,
+            draft_path=None if d is None else (draft_path or d.spec.path),
+            draft_gpu_layers=None if d is None or d.settings is None else d.settings.n_gpu_layers,
+        )
+    )
+    if d is not None and d.draft_max is not None:
+        argv += ["--spec-draft-n-max", str(d.draft_max)]
+    if rec.rpc is not None:
+        argv += ["--rpc", rec.rpc.rpc_arg]
+    return tuple(argv)
 
 
 def _longest(
@@ -782,7 +1264,10 @@ def max_users(
     base_goal = goal or Goal("users")
     opts = list(options) if options is not None else list(quant_options(spec, simulate=None))
     allowed = _allowed(opts, base_goal)
-    search = _Search(hardware, base_goal, factors)
+    machines: dict[str, str] | None = None
+    if base_goal.rpc_hosts:  # a draft model is not planned for several users
+        hardware, machines = rpc_hardware(hardware, base_goal.rpc_hosts)
+    search = _Search(hardware, base_goal, factors, machines=machines)
     best: tuple[int, Candidate | None, str] = (0, None, "memory")
 
     def feasible(option: QuantOption, base: Settings, n: int) -> tuple[Candidate | None, str]:

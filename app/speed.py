@@ -722,3 +722,114 @@ def measurements_from_record(
             )
         )
     return tuple(out)
+
+
+# --- speculative decoding and the network of an RPC split --------------------------------
+
+DEFAULT_DRAFT_ACCEPTANCE: Final = 0.7
+"""Acceptance rate α assumed for a draft model: a ggtune assumption. It depends on how
+alike the two models are; llama.cpp measured 1.7× on an RTX 3060 with a 1B draft for an
+8B (#5877) and no gain at low acceptance (PR #10455) (REFERENCE.md §6)."""
+
+MIN_DRAFT_SPEED_RATIO: Final = 2.5
+"""A draft must decode at least 2.5× faster than the target to pay off (REFERENCE.md §6)."""
+
+MIN_DRAFT_SPEEDUP: Final = 1.1
+"""The planner only recommends a draft whose predicted speed-up is above this."""
+
+
+def expected_tokens_per_step(alpha: float, k: int) -> float:
+    """Return the expected tokens one target step yields with ``k`` drafted tokens.
+
+    ``(1 − α^(k+1)) / (1 − α)`` for a per-token acceptance rate ``α`` (Leviathan, Kalman
+    and Matias 2023, "Fast Inference from Transformers via Speculative Decoding", eq. 1);
+    ``k + 1`` when every draft token is accepted (α = 1).
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"acceptance must be in [0, 1], got {alpha}")
+    if k < 0:
+        raise ValueError(f"draft length must be ≥ 0, got {k}")
+    if alpha == 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def speculative_speedup(alpha: float, k: int, t_draft_s: float, t_target_s: float) -> float:
+    """Return the decode speed-up of drafting ``k`` tokens per target step.
+
+    One step costs ``k·t_draft + t_target`` (the target verifies the ``k`` drafted tokens
+    in one batch, taken to cost one ordinary decode step) and yields
+    :func:`expected_tokens_per_step` tokens; without a draft a token costs ``t_target``.
+    """
+    step = k * t_draft_s + t_target_s
+    return expected_tokens_per_step(alpha, k) * t_target_s / step
+
+
+def best_draft_length(
+    alpha: float, t_draft_s: float, t_target_s: float, *, k_max: int = 16
+) -> tuple[int, float]:
+    """Return the draft length in 1…``k_max`` with the largest speed-up, and that speed-up."""
+    best = max(
+        range(1, k_max + 1),
+        key=lambda k: (speculative_speedup(alpha, k, t_draft_s, t_target_s), -k),
+    )
+    return best, speculative_speedup(alpha, best, t_draft_s, t_target_s)
+
+
+DEFAULT_LINK_GBPS: Final = 1.0
+"""Link between machines of an RPC split, Gbit/s (plain gigabit Ethernet): an assumption."""
+
+DEFAULT_LINK_LATENCY_S: Final = 0.0005
+"""One-way latency per transfer between machines, seconds (0.5 ms): an assumption."""
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """The network between the machines of an RPC split: bandwidth and latency."""
+
+    gbit_per_s: float = DEFAULT_LINK_GBPS
+    latency_s: float = DEFAULT_LINK_LATENCY_S
+
+    def __post_init__(self) -> None:
+        if self.gbit_per_s <= 0 or self.latency_s < 0:
+            raise ValueError("the link needs a bandwidth > 0 and a latency ≥ 0")
+
+
+def network_s(n_tokens: int, n_embd: int, n_boundaries: int, link: Link) -> float:
+    """Return the seconds spent moving ``n_tokens`` hidden states over ``n_boundaries``
+    machine boundaries: each boundary sends ``n_tokens·n_embd·4`` bytes (F32 activations)
+    at the link's bandwidth plus one latency.
+
+    A lower bound: llama.cpp's RPC backend also exchanges small commands per graph.
+    """
+    if n_boundaries <= 0:
+        return 0.0
+    per = n_tokens * n_embd * 4 * 8 / (link.gbit_per_s * 1e9) + link.latency_s
+    return n_boundaries * per
+
+
+def with_network(
+    pred: SpeedPrediction,
+    *,
+    decode_s: float,
+    prefill_s: float,
+    decode_batch_s: float | None = None,
+) -> SpeedPrediction:
+    """Return ``pred`` with ``decode_s`` added to each one-user decode step,
+    ``decode_batch_s`` (default ``decode_s``) to each step of ``n_users`` together and
+    ``prefill_s`` to the prompt (the network time of an RPC split, :func:`network_s`)."""
+    batch_s = decode_s if decode_batch_s is None else decode_batch_s
+    if decode_s <= 0 and prefill_s <= 0 and batch_s <= 0:
+        return pred
+    one = 1.0 / pred.decode_tok_per_s + decode_s
+    many = 1.0 / pred.per_user_tok_per_s + batch_s
+    ttft = pred.ttft_s + prefill_s
+    return dataclasses.replace(
+        pred,
+        decode_tok_per_s=1.0 / one,
+        prefill_tok_per_s=pred.n_prompt / ttft,
+        ttft_s=ttft,
+        per_user_tok_per_s=1.0 / many,
+        aggregate_tok_per_s=pred.n_users / many,
+        device_decode_s=(*pred.device_decode_s, ("network", decode_s)),
+    )

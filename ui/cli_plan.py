@@ -9,8 +9,12 @@ for a goal with the reason, and how many users fit.
 * ``ggtune plan MODEL --users N --ctx C --min-tps X``: how many users fit (N is the count
   the user hopes for; the answer says whether it fits and the most that do).
 
-MODEL is a path or ``catalog:NAME``. On this machine (no ``--profile``/``--gpu-mem``) the
-speed model is calibrated with the user's own ``ggtune bench`` runs (app/results_db.py).
+MODEL is a path or ``catalog:NAME``; for ``compare`` also a Hugging Face repo (``org/name``,
+``hf.co/org/name``, a huggingface.co URL, as :func:`app.hf.parse_repo` reads it): one row per
+quant file of the repo, source "hub", from headers read over HTTP (nothing downloaded); a
+file whose header cannot be read gets a row with the error. On this machine (no
+``--profile``/``--gpu-mem``) the speed model is calibrated with the user's own
+``ggtune bench`` runs (app/results_db.py).
 """
 
 from __future__ import annotations
@@ -19,33 +23,41 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import sys
 from typing import Any
 
+from app.compare import compare_rows, is_repo, repo_rows
 from app.errors import GGTuneError
 from app.hardware import Hardware
 from app.planner import (
     COMPARE_QUANTS,
+    DEFAULT_RPC_PORT,
     GIB,
     GOALS,
     KV_TYPES,
+    RPC_SECURITY_NOTE,
     Candidate,
     Goal,
     QuantOption,
-    fit_layers,
+    Recommendation,
+    RpcHost,
     max_users,
-    quality_cost,
     quant_options,
     recommend,
+    server_argv,
 )
 from app.settings import ALL_LAYERS, Settings, runner_defaults
-from app.spec import ModelSpec
+from app.spec import ModelSpec, model_spec
 from app.speed import (
+    DEFAULT_DRAFT_ACCEPTANCE,
+    DEFAULT_LINK_GBPS,
+    DEFAULT_LINK_LATENCY_S,
+    Link,
     SpeedFactors,
     SpeedMeasurement,
     calibrate,
     measurements_from_record,
-    predict_speed,
 )
 from ui.cli import _print_table, format_bytes, hardware_from_args, load_spec
 
@@ -81,12 +93,33 @@ def _plan_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-simulate", action="store_true", help="only the model's own quant")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     _hardware_flags(p)
+    n = p.add_argument_group("split over several machines (llama.cpp's RPC backend)")
+    n.add_argument(
+        "--rpc-host",
+        action="append",
+        default=[],
+        metavar="PROFILE[@HOST:PORT]",
+        help="a remote machine running rpc-server, as a hardware profile (e.g. rtx-3090 or "
+        "'2x rtx-3090'); repeat for each; default address remoteN:50052",
+    )
+    n.add_argument(
+        "--link-gbps", type=float, default=DEFAULT_LINK_GBPS, metavar="X",
+        help=f"network between the machines, Gbit/s (default {DEFAULT_LINK_GBPS:g})",
+    )  # fmt: skip
+    n.add_argument(
+        "--link-latency-ms", type=float, default=DEFAULT_LINK_LATENCY_S * 1000, metavar="MS",
+        help=f"latency per transfer, ms (default {DEFAULT_LINK_LATENCY_S * 1000:g})",
+    )  # fmt: skip
 
 
 def register(sub: Any) -> None:
     """Add ``compare``, ``recommend`` and ``plan`` to the ``ggtune`` subparsers ``sub``."""
     p = sub.add_parser("compare", help="every quant level side by side: memory, speed, quality")
-    p.add_argument("model", help="path to a .gguf file, or catalog:NAME")
+    p.add_argument(
+        "model",
+        help="path to a .gguf file, catalog:NAME, or a Hugging Face repo (org/name, hf.co/…, "
+        "a huggingface.co URL): every quant file's header read over HTTP, nothing downloaded",
+    )
     p.add_argument("--ctx", type=int, default=4096, metavar="N", help="context (default 4096)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     _hardware_flags(p)
@@ -95,6 +128,16 @@ def register(sub: Any) -> None:
     r = sub.add_parser("recommend", help="settings for a goal, and why")
     _plan_flags(r)
     r.add_argument("--goal", choices=GOALS, required=True, help="what to optimise")
+    d = r.add_argument_group("speculative decoding")
+    d.add_argument(
+        "--draft",
+        metavar="MODEL",
+        help="a draft model (path or catalog:NAME, at its own quant) to budget and judge",
+    )
+    d.add_argument(
+        "--draft-acceptance", type=float, default=DEFAULT_DRAFT_ACCEPTANCE, metavar="A",
+        help=f"share of drafted tokens the target accepts (default {DEFAULT_DRAFT_ACCEPTANCE:g})",
+    )  # fmt: skip
     r.set_defaults(handler=run_recommend)
 
     c = sub.add_parser("plan", help="how many users fit at a context and speed")
@@ -193,7 +236,85 @@ def _goal(args: argparse.Namespace, name: str) -> Goal:
         leave_free_bytes=int(args.leave_free * GIB),
         max_kld=None if args.any_quant else Goal("fastest").max_kld,
         kv_types=kv,
+        draft=load_spec(args.draft) if getattr(args, "draft", None) else None,
+        draft_acceptance=getattr(args, "draft_acceptance", DEFAULT_DRAFT_ACCEPTANCE),
+        rpc_hosts=_rpc_hosts(args),
+        link=_link(args),
     )
+
+
+def _rpc_hosts(args: argparse.Namespace) -> tuple[RpcHost, ...]:
+    """Return the ``--rpc-host PROFILE[@HOST:PORT]`` machines (remoteN:50052 unnamed)."""
+    from app.hardware import Device
+    from app.hardware_profiles import compose
+
+    hosts = []
+    for i, text in enumerate(getattr(args, "rpc_host", None) or [], start=1):
+        profile, _, endpoint = text.rpartition("@") if "@" in text else (text, "", "")
+        hw = compose(profile, default_host=Device("CPU", "host"))
+        hosts.append(RpcHost(hw, endpoint or f"remote{i}:{DEFAULT_RPC_PORT}", label=profile))
+    return tuple(hosts)
+
+
+def _link(args: argparse.Namespace) -> Link:
+    try:
+        return Link(
+            getattr(args, "link_gbps", DEFAULT_LINK_GBPS),
+            getattr(args, "link_latency_ms", DEFAULT_LINK_LATENCY_S * 1000) / 1000,
+        )
+    except ValueError as e:
+        raise GGTuneError(str(e)) from e
+
+
+def _goal_dict(goal: Goal) -> dict[str, Any]:
+    """Return ``goal`` as plain data: the draft by its path, remotes by address."""
+    data = {
+        f.name: getattr(goal, f.name)
+        for f in dataclasses.fields(goal)
+        if f.name not in ("draft", "rpc_hosts", "link")
+    }
+    data["draft"] = goal.draft.path if goal.draft is not None else None
+    data["rpc_hosts"] = [h.endpoint for h in goal.rpc_hosts]
+    data["link"] = dataclasses.asdict(goal.link)
+    return data
+
+
+def _draft_dict(rec: Recommendation) -> dict[str, Any] | None:
+    d = rec.draft
+    if d is None:
+        return None
+    return {
+        "model": d.spec.path,
+        "used": d.used,
+        "why": d.why,
+        "acceptance": d.acceptance,
+        "draft_max": d.draft_max,
+        "n_gpu_layers": None if d.settings is None else d.settings.n_gpu_layers,
+        "devices": None
+        if d.estimate is None
+        else {x.name: x.total_bytes for x in d.estimate.devices},
+        "draft_tok_per_s": d.draft_tok_per_s,
+        "target_tok_per_s": d.target_tok_per_s,
+        "speed_ratio": d.speed_ratio,
+        "tokens_per_step": d.tokens_per_step,
+        "speedup": d.speedup,
+        "decode_tok_per_s": d.decode_tok_per_s,
+    }
+
+
+def _rpc_dict(rec: Recommendation) -> dict[str, Any] | None:
+    r = rec.rpc
+    if r is None:
+        return None
+    return {
+        "machines": [dataclasses.asdict(m) for m in r.machines],
+        "n_boundaries": r.n_boundaries,
+        "network_s_per_token": r.network_s_per_token,
+        "link": dataclasses.asdict(r.link),
+        "remote_commands": [shlex.join(c) for c in r.remote_commands],
+        "rpc": r.rpc_arg,
+        "security": RPC_SECURITY_NOTE,
+    }
 
 
 def candidate_dict(c: Candidate) -> dict[str, Any]:
@@ -239,63 +360,89 @@ def candidate_dict(c: Candidate) -> dict[str, Any]:
 # --- compare ---------------------------------------------------------------------------
 
 
-def compare_rows(
-    spec: ModelSpec,
-    options: tuple[QuantOption, ...],
-    settings: Settings,
-    hardware: Hardware,
-    factors: SpeedFactors,
-) -> list[dict[str, Any]]:
-    """Return one plain-data row per quant at ``settings`` (what ``compare --json`` prints)."""
-    from app.estimate import estimate
-
-    rows = []
-    for o in options:
-        placed = fit_layers(o.spec, settings, hardware) or settings
-        est = estimate(o.spec, placed, hardware)
-        speed = predict_speed(
-            o.spec, placed, hardware, depth=min(settings.n_ctx // 2, 4096), factors=factors
-        )
-        gpu_layers = sum(d.n_layers for d in est.devices if d.kind == "gpu")
-        rows.append(
-            {
-                "quant": o.name,
-                "origin": o.origin,
-                "file_bytes": o.file_bytes,
-                "bits_per_weight": round(o.bits_per_weight, 3),
-                "devices": {d.name: d.total_bytes for d in est.devices},
-                "fits": est.fits,
-                "gpu_layers": gpu_layers,
-                "n_layers": o.spec.n_layer_all,
-                "n_cpu_moe": placed.n_cpu_moe,
-                "decode_tok_per_s": round(speed.decode_tok_per_s, 2),
-                "prefill_tok_per_s": round(speed.prefill_tok_per_s, 1),
-                "kld": o.kld,
-                "kld_nearest": round(quality_cost(o, options), 5),
-                "delta_ppl": o.delta_ppl,
-                "quality_measured_on": o.quality_model,
-                "needs_imatrix": o.needs_imatrix,
-            }
-        )
-    return rows
+def _compare_settings(ctx: int) -> Settings:
+    # llama-server's defaults, one user, every layer offloaded: the quants' own footprint
+    return runner_defaults("llama-server").replace(
+        n_ctx=ctx, n_gpu_layers=ALL_LAYERS, n_parallel=1, kv_unified=False
+    )
 
 
 def run_compare(args: argparse.Namespace) -> int:
     """Print every quant side by side; return the exit code."""
+    if is_repo(args.model):
+        return _run_compare_repo(args)
     spec = load_spec(args.model)
     hardware = _hardware(args)
-    # llama-server's defaults, one user, every layer offloaded: the quants' own footprint
-    settings = runner_defaults("llama-server").replace(
-        n_ctx=args.ctx, n_gpu_layers=ALL_LAYERS, n_parallel=1, kv_unified=False
-    )
+    settings = _compare_settings(args.ctx)
     factors = _factors(args, spec, hardware)
     rows = compare_rows(spec, _options(args, spec), settings, hardware, factors)
     if args.json:
         print(json.dumps({"model": spec.path, "n_ctx": args.ctx, "rows": rows}, indent=2))
         return 0
+    print(f"{spec.name or spec.path} at {args.ctx:,} tokens of context, most layers that fit")
+    _print_compare_table(rows, hardware)
+    print(f"speed: {factors.source}; KLD vs FP16 measured on Llama-3-8B (~: nearest bpw)")
+    return 0
+
+
+def _run_compare_repo(args: argparse.Namespace) -> int:
+    """``ggtune compare REPO``: one row per quant file of the repo, headers read over HTTP."""
+    from app.hf import list_repo, parse_repo, read_models
+
+    ref = parse_repo(args.model)
+    listing = list_repo(ref)
+    entries = [listing.find(ref.selector)] if ref.selector else list(listing.models)
+    models = read_models(listing, entries)
+    hardware = _hardware(args)
+    settings = _compare_settings(args.ctx)
+    first = next((m.model for m in models if m.model is not None), None)
+    factors = SpeedFactors()
+    if first is not None:
+        try:
+            factors = _factors(args, model_spec(first), hardware)
+        except GGTuneError:
+            factors = SpeedFactors()
+    rows = repo_rows(listing, models, settings, hardware, factors)
+    if args.json:
+        data = {
+            "model": f"{listing.endpoint}/{listing.repo_id}",
+            "repo": listing.repo_id,
+            "revision": listing.revision,
+            "commit": listing.commit,
+            "n_ctx": args.ctx,
+            "rows": rows,
+            "issues": list(listing.issues),
+        }
+        print(json.dumps(data, indent=2))
+        return 0
+    print(
+        f"{listing.repo_id} @ {listing.revision} ({listing.commit[:12]}) at {args.ctx:,} tokens "
+        "of context, most layers that fit; headers read over HTTP, nothing downloaded"
+    )
+    if rows:
+        _print_compare_table(rows, hardware)
+    else:
+        print("  the repo has no GGUF model files")
+    for r in rows:
+        if r["error"]:
+            print(f"  {r['name']}: {r['error']}")
+    for issue in listing.issues:
+        print(f"  skipped: {issue}")
+    print(f"speed: {factors.source}; KLD vs FP16 measured on Llama-3-8B (~: nearest bpw)")
+    print(f"download one: ggtune hf {listing.repo_id} --download QUANT [--to DIR]")
+    return 0
+
+
+def _print_compare_table(rows: list[dict[str, Any]], hardware: Hardware) -> None:
     names = [d.name for d in hardware.devices]
     table = [["quant", "file", "bpw", *names, "fits", "tok/s", "KLD", "source"]]
     for r in rows:
+        if r.get("error"):
+            table.append(
+                [r["quant"], format_bytes(r["file_bytes"]), "?", *["?"] * len(names), "?", "?",
+                 "?", r["origin"] + " (unread)"]
+            )  # fmt: skip
+            continue
         fits = {True: "yes", False: "NO", None: "?"}[r["fits"]]
         if r["fits"] is not False and hardware.gpus and r["gpu_layers"] < r["n_layers"]:
             fits = f"{r['gpu_layers']}/{r['n_layers']} on GPU"
@@ -307,17 +454,14 @@ def run_compare(args: argparse.Namespace) -> int:
                 r["quant"],
                 format_bytes(r["file_bytes"]),
                 f"{r['bits_per_weight']:.2f}",
-                *[format_bytes(r["devices"][n]) for n in names],
+                *[format_bytes(r["devices"][n]) if n in r["devices"] else "?" for n in names],
                 fits,
                 f"{r['decode_tok_per_s']:.1f}",
                 kld,
                 r["origin"] + (" (imatrix)" if r["needs_imatrix"] else ""),
             ]
         )
-    print(f"{spec.name or spec.path} at {args.ctx:,} tokens of context, most layers that fit")
     _print_table(table)
-    print(f"speed: {factors.source}; KLD vs FP16 measured on Llama-3-8B (~: nearest bpw)")
-    return 0
 
 
 # --- recommend / plan --------------------------------------------------------------------
@@ -332,12 +476,15 @@ def run_recommend(args: argparse.Namespace) -> int:
     rec = recommend(spec, hardware, goal, options=_options(args, spec), factors=factors)
     if args.json:
         data = {
-            "goal": dataclasses.asdict(goal),
+            "goal": _goal_dict(goal),
             "feasible": rec.feasible,
             "why": rec.why,
             "best": candidate_dict(rec.best) if rec.best else None,
             "runner_up": candidate_dict(rec.runner_up) if rec.runner_up else None,
             "evaluated": rec.n_evaluated,
+            "draft": _draft_dict(rec),
+            "rpc": _rpc_dict(rec),
+            "command": None if rec.best is None else shlex.join(_server_argv(args, rec)),
         }
         print(json.dumps(data, indent=2))
         return 0
@@ -354,7 +501,27 @@ def run_recommend(args: argparse.Namespace) -> int:
         )
         print(f"\nllama-server flags: {flags}")
         print(f"speed: {rec.best.speed.factors_source}")
+        _print_draft_rpc(args, rec)
     return 0 if rec.best is not None else 1
+
+
+def _server_argv(args: argparse.Namespace, rec: Recommendation) -> tuple[str, ...]:
+    return server_argv(args.model, rec, draft_path=getattr(args, "draft", None))
+
+
+def _print_draft_rpc(args: argparse.Namespace, rec: Recommendation) -> None:
+    """Print the draft's verdict and the commands for a draft or an RPC split."""
+    if rec.draft is not None and rec.draft.used:
+        print(f"draft: -md {rec.draft.spec.path} --spec-type draft-simple (see above)")
+    if rec.rpc is not None:
+        print("\non each remote machine:")
+        for host, argv in zip(rec.rpc.hosts, rec.rpc.remote_commands, strict=True):
+            print(f"  {host.endpoint}:  {shlex.join(argv)}")
+        print(f"  ({RPC_SECURITY_NOTE})")
+        if any(h.endpoint.startswith("remote") for h in rec.rpc.hosts):
+            print("  (remoteN: give each machine's address with --rpc-host PROFILE@HOST:PORT)")
+    if rec.rpc is not None or (rec.draft is not None and rec.draft.used):
+        print(f"\non this machine:\n  {shlex.join(_server_argv(args, rec))}")
 
 
 def run_plan(args: argparse.Namespace) -> int:

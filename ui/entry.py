@@ -5,6 +5,9 @@
 
 * no arguments (a double-click): the desktop app, on the last model or the demo model;
 * one ``.gguf`` file that exists (a file manager's "Open with"): the desktop app on it;
+* ``--screenshot PATH [--view NAME] [--size WxH] [MODEL]``: render a view of the app on the
+  demo model (or ``MODEL``) to a PNG and exit; on the ``offscreen`` Qt platform when there
+  is no display (see :func:`screenshot`);
 * ``--selftest [--model PATH]``: open the main window offscreen on the demo model (or
   ``PATH``), estimate, dry-run llama.cpp in the child process, print what happened and
   exit 0, or non-zero with the reason on the last line;
@@ -57,6 +60,8 @@ def dispatch(argv: Sequence[str]) -> int:
         return desktop_main(args)
     if args[0] == "--selftest":
         return selftest(args[1:])
+    if any(a == "--screenshot" or a.startswith("--screenshot=") for a in args):
+        return screenshot(args)
     if args[0] == "-m" and is_frozen():
         # app.demo_models fetches the demo model with `sys.executable -m pip`; in a bundle
         # sys.executable is this program, which carries no pip. Say so (pip's caller shows
@@ -74,6 +79,31 @@ def dispatch(argv: Sequence[str]) -> int:
 
 def _is_model_file(arg: str) -> bool:
     return arg.lower().endswith(".gguf") and os.path.isfile(arg)
+
+
+# --- screenshots --------------------------------------------------------------------------
+
+
+def has_display() -> bool:
+    """Return whether a window system is reachable (X11 or Wayland; always on macOS/Windows)."""
+    if sys.platform in ("darwin", "win32"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def screenshot(argv: Sequence[str]) -> int:
+    """Render a view of the app to a PNG and exit: ``ui.desktop``'s ``--screenshot``.
+
+    Without a display (and no ``QT_QPA_PLATFORM`` of the caller's) Qt draws offscreen.
+    """
+    if not has_display():
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from ui.desktop.__main__ import main as desktop_main
+
+    try:
+        return desktop_main(list(argv))
+    except SystemExit as stop:  # argparse: a usage error, already explained on stderr
+        return stop.code if isinstance(stop.code, int) else EXIT_USAGE
 
 
 # --- the self-test ------------------------------------------------------------------------

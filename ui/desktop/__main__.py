@@ -2,7 +2,7 @@
 
 ``--screenshot PATH`` renders the window on the demo model (or ``--model``) to a PNG and
 exits; ``--size WxH`` sets the window size and ``--view
-memory|verify|compare|recommend|export|hardware`` the tab. Qt is imported inside
+memory|verify|compare|recommend|export|explain|hardware`` the tab. Qt is imported inside
 :func:`main`, so runner's spawned children, which import this module, stay light.
 """
 
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--size", type=_size, metavar="WxH", help="window size, e.g. 1000x700")
     parser.add_argument(
         "--view",
-        choices=("memory", "verify", "compare", "recommend", "export", "hardware"),
+        choices=("memory", "verify", "compare", "recommend", "export", "explain", "hardware"),
         default=None,
         help="tab to show",
     )

@@ -64,6 +64,9 @@ def run_app(
     window.show()
     if model:
         window.models.open_path(model)
+    elif screenshot is not None:  # docs and checks: always the demo model, never the last one
+        window.models.open_demo()
+        window.models.scan_library()
     else:
         window.start()
     if screenshot is not None:

@@ -1,4 +1,5 @@
-"""The Compare tab: every quant level of the open model side by side, as a table and a chart.
+"""The Compare tab: every quant level of the open model (or of a Hugging Face repo) side by
+side, as a table and a chart.
 
 :class:`CompareController` works out one :class:`CompareRow` per quant (the file on disk and
 the levels :func:`app.quant.simulate_quant` derives from it) at the settings on screen,
@@ -7,12 +8,19 @@ with the most GPU layers that fit, exactly as ``ggtune compare`` does (it reuses
 are recomputed on the job pool, debounced, when the settings, the model, the hardware or
 the speed factors change. :class:`CompareTableModel` and :class:`CompareChartWidget`
 display them; :class:`ComparePanel` adds what to do about the selected row.
+
+A Hugging Face repo typed into the tab (:meth:`CompareController.compare_repo`) is listed
+and every quant file's header read over HTTP on the pool (:func:`app.hf.list_repo`,
+:func:`app.hf.read_models`; nothing downloaded, headers cached on disk), then shown as one
+row per file with source "hub" (:func:`app.compare.repo_rows`, as ``ggtune compare REPO``
+prints them), following the settings on screen like the normal rows;
+:meth:`CompareController.show_model` goes back to the open model's rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from PySide6.QtCore import (
     QAbstractTableModel,
@@ -44,6 +52,8 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
+    QPushButton,
     QSizePolicy,
     QSplitter,
     QTableView,
@@ -51,13 +61,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.compare import HUB_ORIGIN, compare_rows, repo_rows
+from app.errors import GGTuneError
 from app.hardware import Hardware
+from app.hf import RemoteModel, RepoListing, RepoRef, list_repo, parse_repo, read_models
 from app.planner import COMPARE_QUANTS, QuantOption, fmt_ctx, quant_options
 from app.settings import Settings
 from app.spec import ModelSpec
 from app.speed import SpeedFactors
 from app.verdict import format_size
-from ui.cli_plan import compare_rows
 from ui.desktop.estimate_controller import EstimateController, EstimateState
 from ui.desktop.memory_view import LatestJob, SpeedController, model_file_bytes
 from ui.desktop.model_card import describe_error
@@ -91,6 +103,8 @@ class CompareRow:
     delta_ppl: float | None
     quality_model: str | None
     needs_imatrix: bool
+    name: str = ""
+    error: str | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -124,6 +138,12 @@ class CompareResult:
     device_names: tuple[str, ...]
     rows: tuple[CompareRow, ...]
     speed_source: str
+    repo: str | None = None
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        """Return "file: why" for each row without numbers (a header not read)."""
+        return tuple(f"{r.name or r.quant}: {r.error}" for r in self.rows if r.error)
 
 
 def compare_table(
@@ -134,38 +154,77 @@ def compare_table(
     factors: SpeedFactors,
 ) -> CompareResult:
     """Return the rows of ``ggtune compare`` at ``settings`` as dataclasses (pure)."""
-    capacity = {d.name: d.capacity_bytes for d in hardware.devices}
-    rows = []
-    for r in compare_rows(spec, options, settings, hardware, factors):
-        devices = tuple((name, int(n), capacity.get(name)) for name, n in r["devices"].items())
-        rows.append(
-            CompareRow(
-                quant=r["quant"],
-                origin=r["origin"],
-                on_disk=r["origin"] != "simulated",
-                file_bytes=r["file_bytes"],
-                bits_per_weight=r["bits_per_weight"],
-                devices=devices,
-                fits=r["fits"],
-                gpu_layers=r["gpu_layers"],
-                n_layers=r["n_layers"],
-                n_cpu_moe=r["n_cpu_moe"],
-                has_gpu=bool(hardware.gpus),
-                decode_tok_per_s=r["decode_tok_per_s"],
-                prefill_tok_per_s=r["prefill_tok_per_s"],
-                kld=r["kld"],
-                kld_nearest=r["kld_nearest"],
-                delta_ppl=r["delta_ppl"],
-                quality_model=r["quality_measured_on"],
-                needs_imatrix=r["needs_imatrix"],
-            )
-        )
+    rows = compare_rows(spec, options, settings, hardware, factors)
     return CompareResult(
         model_path=spec.path,
         settings=settings,
         device_names=tuple(d.name for d in hardware.devices),
-        rows=tuple(rows),
+        rows=tuple(_row(r, hardware) for r in rows),
         speed_source=factors.source,
+    )
+
+
+def _row(r: dict[str, Any], hardware: Hardware) -> CompareRow:
+    """Return a plain-data row of :mod:`app.compare` as a :class:`CompareRow`."""
+    capacity = {d.name: d.capacity_bytes for d in hardware.devices}
+    devices = tuple((name, int(n), capacity.get(name)) for name, n in r["devices"].items())
+    return CompareRow(
+        quant=r["quant"],
+        origin=r["origin"],
+        on_disk=r["origin"] not in ("simulated", HUB_ORIGIN),
+        file_bytes=r["file_bytes"],
+        bits_per_weight=r["bits_per_weight"] or 0.0,
+        devices=devices,
+        fits=r["fits"],
+        gpu_layers=r["gpu_layers"] or 0,
+        n_layers=r["n_layers"] or 0,
+        n_cpu_moe=r["n_cpu_moe"],
+        has_gpu=bool(hardware.gpus),
+        decode_tok_per_s=r["decode_tok_per_s"] or 0.0,
+        prefill_tok_per_s=r["prefill_tok_per_s"] or 0.0,
+        kld=r["kld"],
+        kld_nearest=r["kld_nearest"] or 0.0,
+        delta_ppl=r["delta_ppl"],
+        quality_model=r["quality_measured_on"],
+        needs_imatrix=r["needs_imatrix"],
+        name=r.get("name", ""),
+        error=r.get("error"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RepoHeaders:
+    """A repo listed and its quant files' headers read (pool): what hub rows come from."""
+
+    text: str
+    listing: RepoListing
+    models: tuple[RemoteModel, ...]
+
+
+def read_repo(text: str) -> RepoHeaders:
+    """List the repo ``text`` names and read every quant file's header over HTTP (pool).
+
+    Raise :class:`~app.errors.RemoteError` subclasses (no such repo, offline, no access);
+    a file whose header cannot be read carries its error instead.
+    """
+    ref: RepoRef = parse_repo(text)
+    listing = list_repo(ref)
+    entries = [listing.find(ref.selector)] if ref.selector else list(listing.models)
+    return RepoHeaders(text, listing, tuple(read_models(listing, entries)))
+
+
+def repo_table(
+    headers: RepoHeaders, settings: Settings, hardware: Hardware, factors: SpeedFactors
+) -> CompareResult:
+    """Return one hub row per quant file of ``headers`` at ``settings`` (pure)."""
+    rows = repo_rows(headers.listing, headers.models, settings, hardware, factors)
+    return CompareResult(
+        model_path=f"{headers.listing.endpoint}/{headers.listing.repo_id}",
+        settings=settings,
+        device_names=tuple(d.name for d in hardware.devices),
+        rows=tuple(_row(r, hardware) for r in rows),
+        speed_source=factors.source,
+        repo=headers.listing.repo_id,
     )
 
 
@@ -174,11 +233,19 @@ def compare_options(spec: ModelSpec) -> tuple[QuantOption, ...]:
     return quant_options(spec, names=COMPARE_QUANTS, file_bytes=model_file_bytes(spec))
 
 
-def what_to_do(row: CompareRow, spec: ModelSpec) -> str:
+def what_to_do(row: CompareRow, spec: ModelSpec | None, repo: str | None = None) -> str:
     """Return, in plain words, how to get the quant of ``row`` (the selected row's hint)."""
+    if row.origin == HUB_ORIGIN:
+        where = repo or "the repo"
+        if row.error:
+            return f"{row.name or row.quant} of {where}: its header could not be read: {row.error}"
+        return (
+            f"{row.quant} is {row.name} in {where}; only its header was read. Download it "
+            f"with: ggtune hf {where} --download {row.name}"
+        )
     if row.on_disk:
         return f"{row.quant} is the file you have open: nothing to download."
-    base = spec.name or "the model"
+    base = (spec.name if spec is not None else None) or "the model"
     imatrix = " --imatrix imatrix.dat" if row.needs_imatrix else ""
     note = (
         " It needs an importance matrix (llama-imatrix) to keep its quality."
@@ -197,12 +264,14 @@ class CompareController(QObject):
     """Quant levels side by side for the main screen's state (GUI thread).
 
     Signals: ``result_changed(CompareResult)``, ``failed(str)`` (one line, no traceback),
-    ``busy_changed(bool)``. Work runs on the job pool, ``DELAY_MS`` after the last change.
+    ``busy_changed(bool)``, ``repo_changed(object)`` (the repo text compared, or None for
+    the open model). Work runs on the job pool, ``DELAY_MS`` after the last change.
     """
 
     result_changed = Signal(object)
     failed = Signal(str)
     busy_changed = Signal(bool)
+    repo_changed = Signal(object)
 
     DELAY_MS: Final = 150
 
@@ -219,6 +288,8 @@ class CompareController(QObject):
         self._result: CompareResult | None = None
         self._key: tuple[object, ...] | None = None
         self._active = False
+        self._repo: str | None = None
+        self._headers: RepoHeaders | None = None
         self._job = LatestJob(self.DELAY_MS, self._on_job_done, self._on_job_failed, self)
         self._job.busy_changed.connect(self.busy_changed)
         estimates.state_changed.connect(self._on_estimates_state_changed)
@@ -235,6 +306,39 @@ class CompareController(QObject):
         """Whether new rows are being worked out."""
         return self._job.busy
 
+    @property
+    def repo(self) -> str | None:
+        """The repo being compared (as typed), or None for the open model's quants."""
+        return self._repo
+
+    def compare_repo(self, text: str) -> None:
+        """Compare every quant file of the Hugging Face repo ``text`` (GUI thread).
+
+        The listing and headers are read on the pool (once per repo; then only the rows
+        follow the settings); a repo that cannot be read is reported by ``failed``.
+        """
+        text = text.strip()
+        try:
+            parse_repo(text)
+        except GGTuneError as err:
+            self.failed.emit(f"Could not read the repo: {describe_error(err)}")
+            return
+        if text != self._repo:
+            self._repo = text
+            self.repo_changed.emit(text)
+        self._key = None
+        self.refresh(now=self._active)
+
+    def show_model(self) -> None:
+        """Go back to the open model's quants (GUI thread)."""
+        if self._repo is None:
+            return
+        self._repo = None
+        self._key = None
+        self._job.cancel()
+        self.repo_changed.emit(None)
+        self.refresh(now=self._active)
+
     def refresh(self, *, now: bool = False) -> None:
         """Work the rows out again for the state in force (debounced unless ``now``)."""
         self._on_estimates_state_changed(self._estimates.state, now=now)
@@ -250,7 +354,12 @@ class CompareController(QObject):
             self.refresh()
 
     def _on_estimates_state_changed(self, state: EstimateState, *, now: bool = False) -> None:
-        if state.model is None or not (self._active or now):
+        if not (self._active or now):
+            return
+        if self._repo is not None:
+            self._request_repo(state, now=now)
+            return
+        if state.model is None:
             return
         spec = state.model.spec
         settings = state.settings
@@ -267,17 +376,53 @@ class CompareController(QObject):
             options = known if known is not None else compare_options(spec)
             return options, compare_table(spec, options, settings, hardware, factors)
 
-        first = self._result is None or self._result.model_path != spec.path
+        first = (
+            self._result is None
+            or self._result.repo is not None
+            or self._result.model_path != spec.path
+        )
         self._job.request(job, now=now or first)
 
-    def _on_job_done(self, outcome: tuple[tuple[QuantOption, ...], CompareResult]) -> None:
-        options, result = outcome
-        self._options = (result.model_path, options)
+    def _request_repo(self, state: EstimateState, *, now: bool) -> None:
+        text = self._repo
+        assert text is not None, "only in repo mode"
+        settings = state.settings
+        hardware = state.hardware.hardware
+        factors = self._speed.factors
+        key = ("repo", text, settings, hardware, factors)
+        if key == self._key and not now:
+            return
+        self._key = key
+        cached = self._headers
+        known = cached if cached is not None and cached.text == text else None
+
+        def job() -> tuple[RepoHeaders, CompareResult]:
+            headers = known if known is not None else read_repo(text)
+            return headers, repo_table(headers, settings, hardware, factors)
+
+        first = known is None or self._result is None or self._result.repo is None
+        self._job.request(job, now=now or first)
+
+    def _on_job_done(
+        self, outcome: tuple[tuple[QuantOption, ...] | RepoHeaders, CompareResult]
+    ) -> None:
+        extra, result = outcome
+        if isinstance(extra, RepoHeaders):
+            if extra.text != self._repo:
+                return  # the user went back (or on) meanwhile
+            self._headers = extra
+        else:
+            if self._repo is not None:
+                return
+            self._options = (result.model_path, extra)
         self._result = result
         self.result_changed.emit(result)
 
     def _on_job_failed(self, error: Exception) -> None:
         self._key = None  # try again on the next change
+        if self._repo is not None:
+            self.failed.emit(f"Could not read the repo {self._repo}: {describe_error(error)}")
+            return
         self.failed.emit(f"Could not compare the quants: {describe_error(error)}")
 
 
@@ -344,9 +489,13 @@ class CompareTableModel(QAbstractTableModel):
         if kind == "Quant":
             return row.quant, row
         if kind == "Source":
+            if row.error:
+                return f"{row.origin} (not read)", row.origin
             return row.origin + (" (imatrix)" if row.needs_imatrix else ""), row.origin
         if kind == "File":
             return format_size(row.file_bytes), row.file_bytes
+        if row.error:
+            return "?", None
         if kind == "Bits/weight":
             return f"{row.bits_per_weight:.2f}", row.bits_per_weight
         if kind == "device":
@@ -391,6 +540,10 @@ class CompareTableModel(QAbstractTableModel):
         return None
 
     def _tooltip(self, row: CompareRow, kind: str) -> str | None:
+        if row.error and kind in ("Quant", "Source"):
+            return f"{row.name}: its header could not be read: {row.error}"
+        if kind == "Source" and row.origin == HUB_ORIGIN:
+            return f"{row.name} on Hugging Face: its header read over HTTP, not downloaded"
         if kind == "Source":
             return (
                 "The file you have open"
@@ -504,7 +657,8 @@ class CompareChartWidget(QWidget):
         super().mousePressEvent(event)
 
     def _capacity(self) -> int | None:
-        caps = [d[2] for d in self._rows[0].devices] if self._rows else []
+        first = next((r for r in self._rows if r.devices), None)
+        caps = [d[2] for d in first.devices] if first is not None else []
         if not caps or any(c is None for c in caps):
             return None
         return sum(c for c in caps if c is not None)
@@ -549,20 +703,23 @@ class CompareChartWidget(QWidget):
                 color = QColor(_PARTIAL_COLOR)
             else:
                 color = QColor(_FIT_COLOR)
-            if not row.on_disk:
+            simulated = row.origin == "simulated"
+            if simulated:
                 color.setAlpha(170)
             painter.setPen(Qt.PenStyle.NoPen)
             painter.setBrush(color)
             bar = QRectF(left, y, max(1.0, w), _BAR_H)
             painter.drawRect(bar)
-            if not row.on_disk:
+            if simulated:
                 painter.setBrush(QBrush(QColor(255, 255, 255, 150), Qt.BrushStyle.BDiagPattern))
                 painter.drawRect(bar)
             if i == self._selected:
                 painter.setPen(QPen(pal.color(QPalette.ColorRole.Highlight), 2))
                 painter.setBrush(Qt.BrushStyle.NoBrush)
                 painter.drawRect(bar.adjusted(-1, -1, 1, 1))
-            if self._metric == "memory":
+            if row.error:
+                label = "header not read"
+            elif self._metric == "memory":
                 label = format_size(row.total_bytes)
             else:
                 label = f"{row.decode_tok_per_s:.1f} tok/s"
@@ -578,7 +735,7 @@ class CompareChartWidget(QWidget):
             painter.drawLine(QPointF(x, _PAD - 3), QPointF(x, bottom - _GAP + 3))
             painter.drawText(QPointF(x + 4, bottom + 12), f"capacity {format_size(cap)}")
         legend = (
-            "solid: the file you have · hatched: simulated · orange: part on the CPU · "
+            "solid: a file (yours, or on the hub) · hatched: simulated · orange: part on the CPU · "
             "red: does not fit"
         )
         painter.setPen(pal.color(QPalette.ColorRole.PlaceholderText))
@@ -592,8 +749,9 @@ class CompareChartWidget(QWidget):
 
 
 class ComparePanel(QWidget):
-    """The Compare tab (GUI thread): a line about the settings, the table, the chart, and
-    what to do about the selected quant. Subscribes to :class:`CompareController`."""
+    """The Compare tab (GUI thread): a line about the settings, a box to compare a Hugging
+    Face repo instead, the table, the chart, and what to do about the selected quant.
+    Subscribes to :class:`CompareController`."""
 
     def __init__(
         self,
@@ -615,6 +773,24 @@ class ComparePanel(QWidget):
         )
         self.error_label.hide()
         layout.addWidget(self.error_label)
+        repo_row = QHBoxLayout()
+        self.repo_edit = QLineEdit()
+        self.repo_edit.setPlaceholderText("Compare a Hugging Face repo… (org/name or a URL)")
+        self.repo_edit.setAccessibleName("Hugging Face repo to compare")
+        self.repo_edit.setToolTip(
+            "Every quant file of the repo side by side; only the files' headers are read, "
+            "nothing is downloaded"
+        )
+        self.repo_edit.returnPressed.connect(self._on_repo_button_clicked)
+        repo_row.addWidget(self.repo_edit, 1)
+        self.repo_button = QPushButton("Compare repo")
+        self.repo_button.clicked.connect(self._on_repo_button_clicked)
+        repo_row.addWidget(self.repo_button)
+        self.back_button = QPushButton("Back to the open model")
+        self.back_button.clicked.connect(controller.show_model)
+        self.back_button.setVisible(controller.repo is not None)
+        repo_row.addWidget(self.back_button)
+        layout.addLayout(repo_row)
         top = QHBoxLayout()
         self.summary_label = QLabel("Open a model to compare its quant levels.")
         self.summary_label.setWordWrap(True)
@@ -659,6 +835,7 @@ class ComparePanel(QWidget):
         controller.result_changed.connect(self._on_controller_result_changed)
         controller.failed.connect(self._on_controller_failed)
         controller.busy_changed.connect(self.busy_label.setVisible)
+        controller.repo_changed.connect(self._on_controller_repo_changed)
         if controller.result is not None:
             self._on_controller_result_changed(controller.result)
 
@@ -676,16 +853,40 @@ class ComparePanel(QWidget):
         metric = self.metric_box.currentData()
         self.chart.set_metric("speed" if metric == "speed" else "memory")
 
+    def _on_repo_button_clicked(self) -> None:
+        text = self.repo_edit.text().strip()
+        if text:
+            self.controller.compare_repo(text)
+
+    def _on_controller_repo_changed(self, repo: str | None) -> None:
+        self.back_button.setVisible(repo is not None)
+        self.error_label.hide()
+        if repo is not None:
+            self.summary_label.setText(f"Reading the quant files of {repo} (headers only)…")
+
     def _on_controller_result_changed(self, result: CompareResult) -> None:
         self.error_label.hide()
+        if result.errors:
+            self.error_label.setText(
+                f"Could not read {len(result.errors)} file(s) of {result.repo}: "
+                + "; ".join(result.errors)
+            )
+            self.error_label.show()
         selected = self._selected_quant()
         self.table_model.set_result(result)
         self.chart.set_rows(result.rows)
         s = result.settings
         users = f", {s.n_parallel} users" if s.n_parallel > 1 else ""
+        where = (
+            f"{result.repo}: {len(result.rows)} quant file(s) on Hugging Face, headers read "
+            "over HTTP (nothing downloaded). "
+            if result.repo is not None
+            else ""
+        )
         self.summary_label.setText(
-            f"At {fmt_ctx(s.n_ctx)} of context{users}, {s.cache_type_k}/{s.cache_type_v} "
-            f"KV cache, the most GPU layers that fit. Speed: {result.speed_source}."
+            f"{where}At {fmt_ctx(s.n_ctx)} of context{users}, {s.cache_type_k}/"
+            f"{s.cache_type_v} KV cache, the most GPU layers that fit. "
+            f"Speed: {result.speed_source}."
         )
         names = [r.quant for r in result.rows]
         if selected in names:
@@ -710,7 +911,15 @@ class ComparePanel(QWidget):
         row = rows[0].row() if rows else -1
         self.chart.set_selected(row)
         model = self._estimates.model
-        if row < 0 or row >= len(self.table_model.rows) or model is None:
+        if row < 0 or row >= len(self.table_model.rows):
             self.hint_label.setText("Select a quant to see how to get it.")
             return
-        self.hint_label.setText(what_to_do(self.table_model.rows[row], model.spec))
+        chosen = self.table_model.rows[row]
+        result = self.controller.result
+        if chosen.origin == HUB_ORIGIN:
+            repo = result.repo if result is not None else None
+            self.hint_label.setText(what_to_do(chosen, None, repo))
+        elif model is None:
+            self.hint_label.setText("Select a quant to see how to get it.")
+        else:
+            self.hint_label.setText(what_to_do(chosen, model.spec))

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 from app.hardware import Hardware
 from ui.desktop.compare_panel import CompareController, ComparePanel
 from ui.desktop.estimate_controller import EstimateController
+from ui.desktop.explain_panel import ExplainPanel
 from ui.desktop.export_panel import ExportController, ExportPanel
 from ui.desktop.hardware import HardwareController
 from ui.desktop.hardware_panel import HardwarePanel
@@ -142,6 +143,9 @@ class MainWindow(QMainWindow):
         self.export_panel = ExportPanel(self.exports)
         self.hardware_panel = HardwarePanel(self.hardware)
         self.tabs.addTab(self.export_panel, "Export")
+        self.explain_panel = ExplainPanel(self.estimates, lambda: speed.factors)
+        self.tabs.addTab(self.explain_panel, "Explain")
+        tip(self.tabs.indexOf(self.explain_panel), "How this model uses memory, in plain words")
         self.tabs.addTab(self.hardware_panel, "Hardware")
         self.tabs.setTabToolTip(0, "Where the memory goes, per device (Ctrl+1)")
         self.tabs.setTabToolTip(1, "Check the estimate against llama.cpp (Ctrl+2)")

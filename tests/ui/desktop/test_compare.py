@@ -1,11 +1,14 @@
 """Compare tab and the memory view's speed line on the real demo model.
 
-Expected numbers come from the core (``ui.cli_plan.compare_rows`` over
+Expected numbers come from the core (``app.compare.compare_rows`` over
 ``app.planner.quant_options``, ``app.quant.simulate_quant``, ``app.speed.predict_speed``):
 the window shows what ``ggtune compare`` prints, and nothing else.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,11 +19,13 @@ from PySide6.QtCore import QSettings, Qt
 from pytestqt.modeltest import ModelTester
 from pytestqt.qtbot import QtBot
 
+from app.compare import compare_rows, repo_rows
+from app.hf import list_repo, read_models
 from app.planner import COMPARE_QUANTS, max_users, quant_options
 from app.quant import simulate_quant
 from app.speed import predict_speed
+from tests.fake_hub import REPO, FakeHub, make_hub, running, write_split_model
 from tests.ui.desktop.test_main_window import TEST_HARDWARE, make_window
-from ui.cli_plan import compare_rows
 from ui.desktop.compare_panel import CompareTableModel, compare_table
 from ui.desktop.main_window import MainWindow
 from ui.desktop.memory_view import (
@@ -194,3 +199,130 @@ def test_rows_wait_while_the_tab_is_hidden(qtbot: QtBot, window: MainWindow) -> 
     wait_for_rows(qtbot, window)
     assert window.compare.result is not None
     assert window.compare.result.settings.n_ctx == 8192
+
+
+# --- a Hugging Face repo, from the local fake hub ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def split_shards(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return write_split_model(tmp_path_factory.mktemp("split"), "demo-Q8_0")
+
+
+@pytest.fixture
+def hub(
+    gemma_path: Path,
+    smollm_path: Path,
+    split_shards: list[Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[FakeHub]:
+    """Run the fake hub; isolate every cache (headers are cached on disk by sha256)."""
+    with running(make_hub(gemma_path, smollm_path, split_shards)) as fake:
+        monkeypatch.setenv("HF_ENDPOINT", fake.endpoint)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+        monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        yield fake
+
+
+def wait_for_repo_rows(qtbot: QtBot, window: MainWindow) -> None:
+    def settled() -> None:
+        result = window.compare.result
+        assert result is not None
+        assert result.repo == REPO
+        assert result.settings == window.estimates.settings
+        assert not window.compare.busy
+
+    qtbot.waitUntil(settled, timeout=RESULT_TIMEOUT_MS)
+
+
+def test_compare_a_repo_and_go_back(qtbot: QtBot, window: MainWindow, hub: FakeHub) -> None:
+    wait_for_rows(qtbot, window)
+    panel = window.compare_panel
+    assert not panel.back_button.isVisible()
+    qtbot.keyClicks(panel.repo_edit, f"hf.co/{REPO}")
+    qtbot.mouseClick(panel.repo_button, Qt.MouseButton.LeftButton)
+    wait_for_repo_rows(qtbot, window)
+    result = window.compare.result
+    assert result is not None
+    listing = list_repo(REPO)
+    expected = repo_rows(
+        listing,
+        read_models(listing),
+        window.estimates.settings,
+        TEST_HARDWARE,
+        window.memory_panel.speed.factors,
+    )
+    assert [r.quant for r in result.rows] == [e["quant"] for e in expected]
+    assert {r.quant for r in result.rows} == {"Q8_0", "Q4_1", "Q4_K_M"}
+    for row, e in zip(result.rows, expected, strict=True):
+        assert row.origin == "hub"
+        assert not row.on_disk
+        assert row.error is None
+        assert row.file_bytes == e["file_bytes"]
+        assert row.bits_per_weight == e["bits_per_weight"]
+        assert row.fits == e["fits"]
+        assert row.decode_tok_per_s == e["decode_tok_per_s"]
+        assert row.kld == e["kld"]
+        assert {n: b for n, b, _c in row.devices} == e["devices"]
+    assert panel.table_model.index(0, 1).data() == "hub"
+    assert panel.back_button.isVisible()
+    assert REPO in panel.summary_label.text()
+    assert not panel.error_label.isVisible()
+    assert hub.sent("/cdn/") < 20 * 2**20  # headers only, no download
+    own = next(i for i, r in enumerate(result.rows) if r.quant == "Q4_K_M")
+    panel.table.selectRow(own)
+    assert "--download demo-Q4_K_M.gguf" in panel.hint_label.text()
+
+    # the hub rows follow the settings; the headers are not read again
+    hub.clear()
+    window.estimates.update(n_ctx=8192)
+    wait_for_repo_rows(qtbot, window)
+    assert window.compare.result is not None
+    assert window.compare.result.settings.n_ctx == 8192
+    assert hub.requests() == []
+
+    qtbot.mouseClick(panel.back_button, Qt.MouseButton.LeftButton)
+    wait_for_rows(qtbot, window)
+    back = window.compare.result
+    assert back is not None
+    assert back.repo is None
+    assert any(r.on_disk for r in back.rows)
+    assert not panel.back_button.isVisible()
+
+
+def test_repo_errors_are_a_banner(qtbot: QtBot, window: MainWindow, hub: FakeHub) -> None:
+    wait_for_rows(qtbot, window)
+    panel = window.compare_panel
+    with qtbot.waitSignal(window.compare.failed, timeout=RESULT_TIMEOUT_MS):
+        window.compare.compare_repo("ggtune-test/nope")
+    assert panel.error_label.isVisible()
+    assert "no such repository" in panel.error_label.text()
+    assert "Traceback" not in panel.error_label.text()
+    # a file whose header cannot be read: a row without numbers, and the banner says why
+    sha = hub.repos[REPO].files["demo-Q4_1.gguf"].sha256
+    hub.fail[f"/cdn/{sha}"] = (404, {})
+    window.compare.compare_repo(REPO)
+    wait_for_repo_rows(qtbot, window)
+    result = window.compare.result
+    assert result is not None
+    bad = next(r for r in result.rows if r.quant == "Q4_1")
+    assert bad.error
+    assert panel.error_label.isVisible()
+    assert "demo-Q4_1.gguf" in panel.error_label.text()
+    row = result.rows.index(bad)
+    assert panel.table_model.index(row, 3).data() == "?"
+    qtbot.waitUntil(lambda: panel.chart.paint_count > 0, timeout=5_000)
+
+
+def test_repo_waits_while_the_tab_is_hidden(qtbot: QtBot, window: MainWindow, hub: FakeHub) -> None:
+    wait_for_rows(qtbot, window)
+    window.tabs.setCurrentWidget(window.memory_panel)
+    hub.clear()
+    window.compare.compare_repo(REPO)
+    qtbot.wait(400)
+    assert hub.requests() == []  # nothing read while hidden
+    window.tabs.setCurrentWidget(window.compare_panel)
+    wait_for_repo_rows(qtbot, window)

@@ -1,11 +1,13 @@
-"""Verify: llama.cpp's real dry run of SmolLM2, run from the window, compared, cancelled,
-and failing cleanly. Real child processes, real llama.cpp; nothing is mocked."""
+"""Verify: llama.cpp's real dry run and quick benchmark of SmolLM2, run from the window,
+compared, stored, cancelled, and failing cleanly. Real child processes, real llama.cpp;
+nothing is mocked."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
+import psutil
 import pytest
 
 pytest.importorskip("PySide6")
@@ -15,7 +17,11 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
+from app.bench_result import BenchPlan
+from app.hardware import Hardware
+from app.results_db import ResultsDB, quick_file_hash
 from ui.desktop.main_window import MainWindow
+from ui.desktop.verify_panel import ComparisonRow, SpeedRow
 
 pytestmark = pytest.mark.engine
 
@@ -109,5 +115,154 @@ def test_engine_failure_shows_cause_and_log_and_the_app_stays_up(
     assert window.verify_panel.status.text().startswith("Failed:")
     assert window.verify_panel.run_button.isEnabled()
     # still up: the estimate answers the next tick
+    window.estimates.update(n_ctx=4096)
+    assert window.estimates.state.estimate is not None
+
+
+# --- the quick benchmark ------------------------------------------------------------------
+
+# A tiny plan (the CLI's hidden --plan does the same): seconds, not tens of seconds.
+TINY_PLAN = BenchPlan("custom", n_prompt=16, n_gen=4, depth=0, n_chat_prompt=8, repetitions=1)
+# Long enough to cancel mid-run on any machine.
+LONG_PLAN = BenchPlan(
+    "custom", n_prompt=512, n_gen=2048, depth=1024, n_chat_prompt=256, repetitions=50
+)
+
+
+def bench_window(
+    qtbot: QtBot, qsettings: QSettings, path: Path, db_path: Path, plan: BenchPlan
+) -> MainWindow:
+    window = open_window(qtbot, qsettings, path)
+    window.verify.set_results_db(ResultsDB(db_path))
+    window.verify.bench_plan = plan
+    return window
+
+
+def test_quick_benchmark_measures_stores_and_shows_history(
+    qtbot: QtBot, qsettings: QSettings, smollm_path: Path, tmp_path: Path, qtmodeltester: object
+) -> None:
+    db_path = tmp_path / "results.sqlite3"
+    window = bench_window(qtbot, qsettings, smollm_path, db_path, TINY_PLAN)
+    panel = window.verify_panel
+    progress: list[tuple[int, str]] = []
+    window.verify.progress.connect(lambda pct, label: progress.append((pct, label)))
+    with qtbot.waitSignal(window.verify.running_changed, timeout=5_000) as started:
+        qtbot.mouseClick(panel.bench_button, Qt.MouseButton.LeftButton)
+    assert started.args == [True]
+    assert window.verify.kind == "benchmark"
+    assert window.tabs.currentWidget() is panel
+    assert not panel.bench_button.isEnabled()
+    assert not panel.run_button.isEnabled()
+    assert panel.cancel_button.isEnabled()
+    assert panel.progress.maximum() == 100  # a real bar, not a busy one
+    with qtbot.waitSignal(window.verify.benchmark_finished, timeout=ENGINE_TIMEOUT_MS) as done:
+        pass
+    outcome = done.args[0]
+    # progress: loading (≤ 30 %), then the steps, never backwards, ending at 100 %
+    percents = [p for p, _ in progress]
+    assert percents == sorted(percents)
+    assert any(label.startswith("loading the model") for _, label in progress)
+    assert any(label.startswith("step ") for _, label in progress)
+    assert percents[-1] == 100
+    assert not panel.progress.isVisible()  # hidden again once the run is over
+    # estimate vs engine vs measured, one table
+    rows = {r.component: r for r in outcome.rows}
+    weights = rows["Weights"]
+    assert isinstance(weights, ComparisonRow)
+    assert weights.engine_bytes == window.estimates.model.spec.weights_bytes
+    file_backed = rows["RSS file-backed (mapped weights)"]
+    assert isinstance(file_backed, ComparisonRow)
+    assert file_backed.measured_bytes is not None
+    assert file_backed.measured_bytes > 0
+    assert isinstance(rows["RSS anonymous (buffers)"], ComparisonRow)
+    speeds = [r for r in outcome.rows if isinstance(r, SpeedRow)]
+    names = [r.component for r in speeds]
+    assert names[0].startswith("Prompt processing (pp16")
+    assert names[1].startswith("Generation (tg4")
+    assert names[2].startswith("Time to first token (8 tokens)")
+    assert all(r.measured.mean > 0 for r in speeds)
+    assert panel.table_model.rowCount() == len(outcome.rows)
+    last = panel.table_model.rowCount() - 1
+    assert panel.table_model.index(last, 4).data().endswith(" s")  # TTFT measured
+    qtmodeltester.check(panel.table_model)  # type: ignore[attr-defined]
+    # stored, in the injected database, and shown in the history
+    assert outcome.run_id is not None
+    assert outcome.store_error is None
+    stored = ResultsDB(db_path).runs(model_hash=quick_file_hash(smollm_path))
+    assert [r.id for r in stored] == [outcome.run_id]
+    assert panel.status.text().startswith("Done:")
+    assert f"run #{outcome.run_id}" in panel.status.text()
+    qtbot.waitUntil(lambda: panel.history_model.rowCount() == 1, timeout=10_000)
+    assert panel.history_model.index(0, 0).data(Qt.ItemDataRole.UserRole) == outcome.run_id
+    assert panel.history_model.index(0, 1).data() == "custom"
+    assert panel.history_model.index(0, 2).data() == "2,048"
+    qtmodeltester.check(panel.history_model)  # type: ignore[attr-defined]
+    assert not panel.banner.isVisible()
+    assert panel.bench_button.isEnabled()
+    assert not window.verify.running
+
+
+def test_history_lists_stored_runs_when_the_tab_opens(
+    qtbot: QtBot, qsettings: QSettings, smollm_path: Path, tmp_path: Path
+) -> None:
+    window = bench_window(qtbot, qsettings, smollm_path, tmp_path / "r.sqlite3", TINY_PLAN)
+    with qtbot.waitSignal(window.verify.benchmark_finished, timeout=ENGINE_TIMEOUT_MS):
+        window.verify.start_benchmark(
+            window.estimates.model,  # type: ignore[arg-type]
+            window.estimates.settings,
+            window.hardware.local or Hardware.cpu_only(),
+        )
+    window.tabs.setCurrentIndex(0)
+    window.verify_panel.history_model.set_runs(())
+    with qtbot.waitSignal(window.verify.history_changed, timeout=10_000) as shown:
+        window.tabs.setCurrentWidget(window.verify_panel)
+    assert len(shown.args[0]) == 1
+    assert window.verify_panel.history_model.rowCount() == 1
+
+
+def test_cancel_mid_benchmark_ends_the_child(
+    qtbot: QtBot, qsettings: QSettings, smollm_path: Path, tmp_path: Path
+) -> None:
+    db_path = tmp_path / "results.sqlite3"
+    window = bench_window(qtbot, qsettings, smollm_path, db_path, LONG_PLAN)
+    panel = window.verify_panel
+    steps: list[str] = []
+    window.verify.progress.connect(lambda _pct, label: steps.append(label))
+    qtbot.mouseClick(panel.bench_button, Qt.MouseButton.LeftButton)
+    thread = window.verify.dry_run_thread
+    assert thread is not None
+    qtbot.waitUntil(lambda: thread.pid is not None, timeout=10_000)
+    pid = thread.pid
+    assert pid is not None
+    qtbot.waitUntil(lambda: any(s.startswith("step ") for s in steps), timeout=ENGINE_TIMEOUT_MS)
+    assert window.verify.running  # mid-run: the benchmark steps have begun
+    with qtbot.waitSignal(window.verify.cancelled, timeout=30_000):
+        qtbot.mouseClick(panel.cancel_button, Qt.MouseButton.LeftButton)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert panel.status.text().startswith("Cancelled")
+    assert panel.bench_button.isEnabled()
+    assert not panel.banner.isVisible()
+    assert ResultsDB(db_path).runs() == []  # nothing stored
+    # the no-leftover-children check of conftest.py runs after this test too
+
+
+def test_benchmark_failure_is_a_banner_with_the_cause_and_the_app_stays_up(
+    qtbot: QtBot, qsettings: QSettings, smollm_path: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "smollm-cut.gguf"
+    shutil.copyfile(smollm_path, copy)
+    window = bench_window(qtbot, qsettings, copy, tmp_path / "r.sqlite3", TINY_PLAN)
+    with copy.open("r+b") as f:
+        f.truncate(copy.stat().st_size // 2)
+    panel = window.verify_panel
+    with qtbot.waitSignal(window.verify.failed, timeout=ENGINE_TIMEOUT_MS) as blocker:
+        qtbot.mouseClick(panel.bench_button, Qt.MouseButton.LeftButton)
+    failure = blocker.args[0]
+    assert failure.kind == "benchmark"
+    assert panel.banner.isVisible()
+    assert failure.cause in panel.banner.label.text()
+    assert "Traceback" not in panel.banner.label.text()
+    assert panel.findChild(QMessageBox, "engine_failure_dialog") is None
+    assert panel.bench_button.isEnabled()
     window.estimates.update(n_ctx=4096)
     assert window.estimates.state.estimate is not None

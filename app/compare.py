@@ -1,0 +1,223 @@
+"""Quant levels side by side: the rows of ``ggtune compare`` and of the desktop Compare tab.
+
+:func:`compare_rows` works out one plain-data row per :class:`~app.planner.QuantOption` of
+one model (the file and the levels simulated from it) at some settings: file size,
+bits/weight, memory per device with the most GPU layers that fit (:mod:`app.estimate`),
+whether it fits, predicted tok/s (:mod:`app.speed`) and the quality loss against FP16
+(:mod:`app.quality`). :func:`repo_rows` does the same for every quant file of a Hugging
+Face repo from the headers :func:`app.hf.read_models` read over HTTP (nothing downloaded),
+with ``origin`` ``"hub"``; a file whose header could not be read (or whose settings the
+estimator refuses) gets a row carrying its ``error`` and no numbers. :func:`is_repo` says
+whether a model argument names a repo rather than a file or ``catalog:NAME``.
+
+Pure: no Qt, no printing; the CLI (ui/cli_plan.py) and the desktop (ui/desktop/
+compare_panel.py) format these rows.
+
+Example::
+
+    listing = list_repo("unsloth/gemma-3-270m-it-GGUF")
+    rows = repo_rows(listing, read_models(listing), settings, hardware, SpeedFactors())
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any, Final
+
+from app.errors import GGTuneError
+from app.hardware import Hardware
+from app.hf import RemoteModel, RepoListing, hub_endpoint, parse_repo
+from app.planner import QuantOption, fit_layers, own_quant_name, quality_cost
+from app.settings import Settings
+from app.spec import ModelSpec, model_spec
+from app.speed import SpeedFactors, predict_speed
+
+__all__ = ["HUB_ORIGIN", "compare_rows", "hub_options", "is_repo", "option_row", "repo_rows"]
+
+HUB_ORIGIN: Final = "hub"
+"""``origin`` of a row read from a Hugging Face repo's file header."""
+
+_HUB_HOSTS: Final = ("huggingface.co", "hf.co", "www.huggingface.co")
+
+
+def option_row(
+    o: QuantOption,
+    options: Sequence[QuantOption],
+    settings: Settings,
+    hardware: Hardware,
+    factors: SpeedFactors,
+) -> dict[str, Any]:
+    """Return the plain-data row of one quant option at ``settings`` (most GPU layers that
+    fit; ``kld_nearest`` from the measured ``options`` nearest in bits/weight)."""
+    from app.estimate import estimate
+
+    placed = fit_layers(o.spec, settings, hardware) or settings
+    est = estimate(o.spec, placed, hardware)
+    speed = predict_speed(
+        o.spec, placed, hardware, depth=min(settings.n_ctx // 2, 4096), factors=factors
+    )
+    return {
+        "quant": o.name,
+        "origin": o.origin,
+        "file_bytes": o.file_bytes,
+        "bits_per_weight": round(o.bits_per_weight, 3),
+        "devices": {d.name: d.total_bytes for d in est.devices},
+        "fits": est.fits,
+        "gpu_layers": sum(d.n_layers for d in est.devices if d.kind == "gpu"),
+        "n_layers": o.spec.n_layer_all,
+        "n_cpu_moe": placed.n_cpu_moe,
+        "decode_tok_per_s": round(speed.decode_tok_per_s, 2),
+        "prefill_tok_per_s": round(speed.prefill_tok_per_s, 1),
+        "kld": o.kld,
+        "kld_nearest": round(quality_cost(o, options), 5),
+        "delta_ppl": o.delta_ppl,
+        "quality_measured_on": o.quality_model,
+        "needs_imatrix": o.needs_imatrix,
+    }
+
+
+def compare_rows(
+    spec: ModelSpec,
+    options: tuple[QuantOption, ...],
+    settings: Settings,
+    hardware: Hardware,
+    factors: SpeedFactors,
+) -> list[dict[str, Any]]:
+    """Return one plain-data row per quant at ``settings`` (what ``compare --json`` prints)."""
+    del spec  # the options carry their specs; kept for the callers' signature
+    return [option_row(o, options, settings, hardware, factors) for o in options]
+
+
+# --- a Hugging Face repo ------------------------------------------------------------------
+
+
+def is_repo(text: str) -> bool:
+    """Return whether the model argument ``text`` names a Hugging Face repo.
+
+    ``org/name`` (also ``:QUANT``/``@rev``), ``hf.co/…`` and huggingface.co URLs that name
+    a repo are; an existing path, ``catalog:NAME``, any http(s) URL of a ``.gguf`` file and
+    a name ending in ``.gguf`` off the hub are not (they keep their single-file meaning).
+    """
+    t = text.strip()
+    if not t or t.startswith("catalog:") or os.path.exists(t):
+        return False
+    scheme = "://" in t
+    split = urllib.parse.urlsplit(t if scheme else "https://" + t)
+    host = split.netloc.lower()
+    on_hub = host in _HUB_HOSTS or host == urllib.parse.urlsplit(hub_endpoint()).netloc.lower()
+    if scheme and (not on_hub or split.path.lower().endswith(".gguf")):
+        return False
+    if not on_hub and t.lower().endswith(".gguf"):
+        return False
+    try:
+        parse_repo(t)
+    except GGTuneError:
+        return False
+    return True
+
+
+def _quality_of() -> Any:
+    from app.quality import load_quality, weight_quality
+
+    table = load_quality()
+
+    def quality(label: str) -> tuple[float, float, str] | None:
+        m = weight_quality(table, label)
+        return None if m is None else (m.kld, m.delta_ppl, m.model)
+
+    return quality
+
+
+def hub_options(
+    models: Sequence[RemoteModel],
+) -> list[tuple[RemoteModel, QuantOption | None, str | None]]:
+    """Return (model, its quant option or None, error or None) per remote model, in order.
+
+    The quant is the label in the file name (``UD-`` dropped for the quality table), else
+    the header's ``general.file_type``; quality comes from :mod:`app.quality` by that label.
+    """
+    quality = _quality_of()
+    out: list[tuple[RemoteModel, QuantOption | None, str | None]] = []
+    for m in models:
+        if m.model is None:
+            out.append((m, None, str(m.error) if m.error is not None else "not read"))
+            continue
+        try:
+            spec = model_spec(m.model)
+        except GGTuneError as err:
+            out.append((m, None, str(err)))
+            continue
+        label = m.entry.quant or own_quant_name(spec)
+        q = quality(label.upper().removeprefix("UD-"))
+        option = QuantOption(
+            name=label,
+            spec=spec,
+            file_bytes=m.entry.size_bytes,
+            on_disk=False,
+            kld=q[0] if q else None,
+            delta_ppl=q[1] if q else None,
+            quality_model=q[2] if q else None,
+        )
+        out.append((m, option, None))
+    return out
+
+
+def _error_row(m: RemoteModel, label: str, error: str) -> dict[str, Any]:
+    return {
+        "quant": label,
+        "origin": HUB_ORIGIN,
+        "file_bytes": m.entry.size_bytes,
+        "bits_per_weight": None,
+        "devices": {},
+        "fits": None,
+        "gpu_layers": None,
+        "n_layers": None,
+        "n_cpu_moe": 0,
+        "decode_tok_per_s": None,
+        "prefill_tok_per_s": None,
+        "kld": None,
+        "kld_nearest": None,
+        "delta_ppl": None,
+        "quality_measured_on": None,
+        "needs_imatrix": False,
+        "error": error,
+    }
+
+
+def repo_rows(
+    listing: RepoListing,
+    models: Sequence[RemoteModel],
+    settings: Settings,
+    hardware: Hardware,
+    factors: SpeedFactors,
+) -> list[dict[str, Any]]:
+    """Return one plain-data row per quant file of ``listing`` read into ``models``.
+
+    Each row is :func:`option_row`'s with ``origin`` ``"hub"``, plus ``name`` (the file, a
+    split model's first shard), ``files``, ``url`` and ``error`` (None, or why the file has
+    no numbers: its header could not be read, or the estimator refused the settings).
+    """
+    options = hub_options(models)
+    measured = [o for _m, o, _e in options if o is not None]
+    rows = []
+    for m, o, error in options:
+        label = o.name if o is not None else m.entry.quant or m.entry.name.rsplit("/", 1)[-1]
+        row: dict[str, Any]
+        if o is None:
+            row = _error_row(m, label, error or "not read")
+        else:
+            try:
+                row = option_row(o, measured, settings, hardware, factors)
+            except GGTuneError as err:  # one file's refusal must not hide the others
+                row = _error_row(m, label, str(err))
+            else:
+                row |= {"origin": HUB_ORIGIN, "error": None}
+        row |= {
+            "name": m.entry.name,
+            "files": [f.path for f in m.entry.files],
+            "url": listing.url(m.entry.files[0]),
+        }
+        rows.append(row)
+    return rows

@@ -1,0 +1,648 @@
+"""What happens between prompt and answer, in plain words, with one model's own numbers.
+
+:func:`explain_facts` gathers the numbers (every memory figure is the estimator's own:
+:func:`app.estimate.estimate` for the settings, and for the "what if" figures the same
+function with one setting changed); :func:`explain_model` turns them into
+:class:`Section` objects (a title, a few paragraphs, the key numbers with their units) for
+a reader with no machine-learning background. Both are pure and fast (a few estimates, no
+I/O), so the desktop's Explain tab can call them after the sliders rest.
+
+Example::
+
+    est = estimate(spec, settings, hardware)
+    for section in explain_model(spec, settings, est, hardware):
+        print(section.title, *section.paragraphs, sep="\\n")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Final
+
+from app.errors import GGTuneError
+from app.estimate import MemoryEstimate, estimate
+from app.hardware import Hardware
+from app.planner import own_quant_name
+from app.settings import CacheType, Settings
+from app.spec import ModelSpec
+from app.speed import SpeedFactors, predict_speed, workload
+
+KIB: Final = 1024
+MIB: Final = 1024 * KIB
+GIB: Final = 1024 * MIB
+
+SPEED_DEPTH_MAX: Final = 4096
+"""Speed is quoted at half a user's context, at most this many tokens (as the memory view)."""
+
+_CACHE_BITS: Final[dict[str, str]] = {
+    "f32": "32-bit",
+    "f16": "16-bit",
+    "bf16": "16-bit",
+    "q8_0": "8-bit",
+    "q5_0": "5-bit",
+    "q5_1": "5-bit",
+    "q4_0": "4-bit",
+    "q4_1": "4-bit",
+    "iq4_nl": "4-bit",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class KeyNumber:
+    """One number worth remembering: ``text`` is the value with its unit ("18.0 KiB")."""
+
+    label: str
+    value: float
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One step of the walk: ``key`` names it for code ("kv", "speed"), the rest for people."""
+
+    key: str
+    title: str
+    paragraphs: tuple[str, ...]
+    numbers: tuple[KeyNumber, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ExplainFacts:
+    """The numbers the explanation and its pictures use (bytes, tokens, seconds).
+
+    ``kv_bytes`` and the other memory totals are the estimate's, summed over devices.
+    ``kv_bytes_per_token_full`` / ``..._swa`` are one token's keys and values over all
+    full-attention / sliding-window layers. The ``*_alt`` figures are the estimate with one
+    setting changed (None when llama.cpp would refuse that setting).
+    """
+
+    name: str
+    n_params: int
+    weights_file_bytes: int
+    bits_per_weight: float
+    quant: str
+    n_layer: int
+    n_embd: int
+    n_vocab: int
+    n_ctx_train: int
+    n_head: int
+    n_head_kv: int
+    n_ctx: int
+    n_parallel: int
+    n_ubatch: int
+    cache_type_k: str
+    cache_type_v: str
+    weights_bytes: int
+    kv_bytes: int
+    recurrent_bytes: int
+    compute_bytes: int
+    other_bytes: int
+    total_bytes: int
+    n_full_layers: int
+    n_swa_layers: int
+    n_recurrent_layers: int
+    n_swa: int
+    swa_cells: int
+    kv_bytes_per_token_full: int
+    kv_bytes_per_token_swa: int
+    kv_bytes_full_cache: int
+    kv_bytes_swa_cache: int
+    n_expert: int
+    n_expert_used: int
+    expert_bytes: int
+    active_expert_bytes: float
+    flash_attn: bool
+    compute_bytes_flash_on: int | None
+    compute_bytes_flash_off: int | None
+    kv_bytes_q8: int | None
+    kv_known: bool
+    depth: int
+    bytes_per_token_read: float
+    bandwidth_bytes_per_s: float
+    decode_tok_per_s: float | None
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Return one token's keys and values over every attention layer, in bytes."""
+        return self.kv_bytes_per_token_full + self.kv_bytes_per_token_swa
+
+    @property
+    def bound_tok_per_s(self) -> float:
+        """Return the bandwidth bound on writing speed (tokens/s): bandwidth / bytes read."""
+        if self.bytes_per_token_read <= 0:
+            return 0.0
+        return self.bandwidth_bytes_per_s / self.bytes_per_token_read
+
+
+# --- formatting --------------------------------------------------------------------------
+
+
+def fmt_bytes(n: float) -> str:
+    """Return bytes as "2.3 GiB", "512.0 MiB", "18.0 KiB" or "640 bytes" (one decimal).
+
+    >>> fmt_bytes(18432), fmt_bytes(300 * 1024**2), fmt_bytes(640)
+    ('18.0 KiB', '300.0 MiB', '640 bytes')
+    """
+    n = abs(n)
+    if n >= GIB:
+        return f"{n / GIB:.1f} GiB"
+    if n >= MIB:
+        return f"{n / MIB:.1f} MiB"
+    if n >= KIB:
+        return f"{n / KIB:.1f} KiB"
+    return f"{n:.0f} bytes"
+
+
+def fmt_count(n: float) -> str:
+    """Return a large count in words: "268 million", "7.2 billion", "4,096".
+
+    >>> fmt_count(268_098_176), fmt_count(7_241_732_096), fmt_count(4096)
+    ('268 million', '7.2 billion', '4,096')
+    """
+    if n >= 1e9:
+        return f"{n / 1e9:.1f} billion"
+    if n >= 1e6:
+        return f"{n / 1e6:.0f} million"
+    return f"{n:,.0f}"
+
+
+def fmt_tokens(n: int) -> str:
+    """Return a token count with its unit: "32,768 tokens", "1 token"."""
+    return f"{n:,} token" + ("" if n == 1 else "s")
+
+
+def _num(label: str, value: float, text: str) -> KeyNumber:
+    return KeyNumber(label, value, text)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+# --- the facts ---------------------------------------------------------------------------
+
+
+def speed_depth(settings: Settings) -> int:
+    """Return the depth speed is quoted at: half a user's context, at most 4096 tokens."""
+    per_user = settings.n_ctx // max(1, settings.n_parallel)
+    return min(per_user // 2, SPEED_DEPTH_MAX)
+
+
+def _try_estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryEstimate | None:
+    try:
+        return estimate(spec, settings, hardware)
+    except GGTuneError:
+        return None
+
+
+def _graph_bytes(est: MemoryEstimate | None) -> int | None:
+    """Return the compute buffer of the device that runs the graph (the largest one)."""
+    if est is None:
+        return None
+    return max((d.compute_bytes for d in est.devices), default=0)
+
+
+def explain_facts(
+    spec: ModelSpec,
+    settings: Settings,
+    est: MemoryEstimate,
+    hardware: Hardware,
+    *,
+    factors: SpeedFactors | None = None,
+) -> ExplainFacts:
+    """Return the numbers behind the explanation of ``spec`` run with ``settings``.
+
+    ``est`` must be ``estimate(spec, settings, hardware)``; speed uses ``factors`` (the
+    published ratios when None).
+    """
+    kv_caches = [c for c in est.caches if c.kind != "recurrent"]
+    full = next((c for c in kv_caches if c.kind == "kv"), None)
+    swa = next((c for c in kv_caches if c.kind == "kv_swa"), None)
+
+    def per_token(cache_bytes: int, cells: int, n_stream: int) -> int:
+        return cache_bytes // max(1, cells * n_stream)
+
+    per_full = per_token(full.total_bytes, full.cells, full.n_stream) if full else 0
+    per_swa = per_token(swa.total_bytes, swa.cells, swa.n_stream) if swa and swa.n_layers else 0
+    n_rec = sum(c.n_layers for c in est.caches if c.kind == "recurrent")
+
+    flash_on = _try_estimate(spec, settings.replace(flash_attn="on"), hardware)
+    flash_off = _try_estimate(spec, settings.replace(flash_attn="off"), hardware)
+    q8: MemoryEstimate | None = None
+    if kv_caches:
+        q8_type: CacheType = "q8_0"
+        q8 = _try_estimate(
+            spec,
+            settings.replace(cache_type_k=q8_type, cache_type_v=q8_type, flash_attn="on"),
+            hardware,
+        )
+
+    depth = speed_depth(settings)
+    bytes_read = 0.0
+    seconds = 0.0
+    expert_bytes = sum(t.n_bytes for t in spec.tensors if t.role == "expert")
+    active_experts = 0.0
+    decode: float | None = None
+    try:
+        work = workload(spec, settings, hardware, factors)
+        for d in work.devices:
+            if d.weight_bytes <= 0 and d.kv_bytes_per_depth <= 0:
+                continue
+            window = min(depth, work.n_swa) if work.n_swa else depth
+            b = (
+                d.weight_bytes
+                + d.kv_bytes_per_depth * depth
+                + d.swa_kv_bytes_per_depth * window
+                + d.state_bytes
+            )
+            bytes_read += b
+            seconds += b / d.bandwidth_bytes_per_s
+            active_experts += d.expert_bytes
+        prediction = predict_speed(spec, settings, hardware, depth=depth, factors=factors)
+        decode = prediction.decode_tok_per_s
+    except GGTuneError:
+        pass
+    bandwidth = bytes_read / seconds if seconds > 0 else 0.0
+
+    def total(field: str) -> int:
+        return sum(int(getattr(d, field)) for d in est.devices)
+
+    full_layers = full.n_layers if full else 0
+    return ExplainFacts(
+        name=spec.name or spec.arch,
+        n_params=spec.n_params,
+        weights_file_bytes=spec.weights_bytes,
+        bits_per_weight=spec.bits_per_weight,
+        quant=own_quant_name(spec),
+        n_layer=spec.n_layer,
+        n_embd=spec.n_embd,
+        n_vocab=spec.n_vocab,
+        n_ctx_train=spec.n_ctx_train,
+        n_head=max(spec.n_head[: spec.n_layer], default=0),
+        n_head_kv=max(spec.n_head_kv[: spec.n_layer], default=0),
+        n_ctx=est.context.n_ctx,
+        n_parallel=settings.n_parallel,
+        n_ubatch=est.context.n_ubatch,
+        cache_type_k=settings.cache_type_k,
+        cache_type_v=settings.cache_type_v,
+        weights_bytes=total("weights_bytes"),
+        kv_bytes=total("kv_bytes"),
+        recurrent_bytes=total("recurrent_bytes"),
+        compute_bytes=total("compute_bytes"),
+        other_bytes=total("other_bytes") + total("output_bytes"),
+        total_bytes=est.total_bytes,
+        n_full_layers=full_layers,
+        n_swa_layers=swa.n_layers if swa else 0,
+        n_recurrent_layers=n_rec,
+        n_swa=spec.n_swa if swa and swa.n_layers else 0,
+        swa_cells=swa.cells if swa else 0,
+        kv_bytes_per_token_full=per_full,
+        kv_bytes_per_token_swa=per_swa,
+        kv_bytes_full_cache=full.total_bytes if full else 0,
+        kv_bytes_swa_cache=swa.total_bytes if swa else 0,
+        n_expert=spec.n_expert,
+        n_expert_used=spec.n_expert_used,
+        expert_bytes=expert_bytes,
+        active_expert_bytes=active_experts,
+        flash_attn=est.context.flash_attn,
+        compute_bytes_flash_on=_graph_bytes(flash_on),
+        compute_bytes_flash_off=_graph_bytes(flash_off),
+        kv_bytes_q8=None if q8 is None else sum(d.kv_bytes for d in q8.devices),
+        kv_known=est.kv_rule_known,
+        depth=depth,
+        bytes_per_token_read=bytes_read,
+        bandwidth_bytes_per_s=bandwidth,
+        decode_tok_per_s=decode,
+    )
+
+
+# --- the sections ------------------------------------------------------------------------
+
+
+def _overview(f: ExplainFacts) -> Section:
+    parts = [
+        f"weights {fmt_bytes(f.weights_bytes)}",
+        f"KV cache {fmt_bytes(f.kv_bytes)}",
+    ]
+    if f.recurrent_bytes:
+        parts.append(f"recurrent state {fmt_bytes(f.recurrent_bytes)}")
+    parts.append(f"compute scratch space {fmt_bytes(f.compute_bytes)}")
+    if f.other_bytes:
+        parts.append(f"other buffers {fmt_bytes(f.other_bytes)}")
+    return Section(
+        "overview",
+        "Where the memory goes",
+        (
+            f"Running {f.name} with these settings takes {fmt_bytes(f.total_bytes)} in all: "
+            + ", ".join(parts)
+            + ".",
+            "The weights are the model itself and never change size while it runs. The KV "
+            "cache is the model's memory of the conversation and grows with the context you "
+            "ask for. The compute space is scratch paper for the arithmetic. The steps below "
+            "explain each one.",
+        ),
+        (
+            _num("Total", f.total_bytes, fmt_bytes(f.total_bytes)),
+            _num("Weights", f.weights_bytes, fmt_bytes(f.weights_bytes)),
+            _num("KV cache", f.kv_bytes, fmt_bytes(f.kv_bytes)),
+            _num("Compute", f.compute_bytes, fmt_bytes(f.compute_bytes)),
+        ),
+    )
+
+
+def _tokens(f: ExplainFacts) -> Section:
+    return Section(
+        "tokens",
+        "Your prompt becomes tokens",
+        (
+            "The model does not read letters or whole words. Your text is first cut into "
+            "tokens: common words are one token, rarer words are split into a few pieces. "
+            f"This model knows {fmt_count(f.n_vocab)} different tokens (its vocabulary).",
+            "It reads the whole prompt in one go (reading, or prefill), then writes the "
+            "answer one token at a time (writing, or decode): each new token is added to "
+            "the text and the model runs again to pick the next one. A page of English is "
+            "roughly 500–700 tokens.",
+            f"You asked for room for {fmt_tokens(f.n_ctx)} (the context: prompt and answer "
+            f"together{', shared by ' + str(f.n_parallel) + ' users' if f.n_parallel > 1 else ''}"
+            f"). The model was trained on texts up to {fmt_tokens(f.n_ctx_train)}.",
+        ),
+        (
+            _num("Vocabulary", f.n_vocab, fmt_tokens(f.n_vocab)),
+            _num("Context", f.n_ctx, fmt_tokens(f.n_ctx)),
+            _num("Training context", f.n_ctx_train, fmt_tokens(f.n_ctx_train)),
+        ),
+    )
+
+
+def _layers(f: ExplainFacts) -> Section:
+    return Section(
+        "layers",
+        "Each token passes through a stack of layers",
+        (
+            f"Inside, each token is a list of {f.n_embd:,} numbers (its width). That list "
+            f"goes through {_plural(f.n_layer, 'layer')}, one after the other; each layer "
+            "adjusts the numbers a little, and after the last one the model scores every "
+            "word in its vocabulary and picks the next token.",
+            "Every layer has two parts: attention, which looks back at the earlier tokens "
+            "to see what matters for this one, and a feed-forward part, which works on the "
+            "token by itself (most of the model's knowledge is stored there).",
+        ),
+        (
+            _num("Layers", f.n_layer, _plural(f.n_layer, "layer")),
+            _num("Width", f.n_embd, f"{f.n_embd:,} numbers per token"),
+        ),
+    )
+
+
+def _weights(f: ExplainFacts) -> Section:
+    fp16 = 2 * f.n_params
+    return Section(
+        "weights",
+        "The weights, and why quantization shrinks them",
+        (
+            f"What the model learned is stored as {fmt_count(f.n_params)} numbers called "
+            "weights (or parameters). Every token needs all of them, so they must sit in "
+            "memory the whole time.",
+            f"This file is quantized as {f.quant}: each weight is rounded to about "
+            f"{f.bits_per_weight:.1f} bits on average instead of the 16 bits used in "
+            f"training. That makes the file {fmt_bytes(f.weights_file_bytes)} instead of "
+            f"about {fmt_bytes(fp16)}, like saving a photo as a smaller JPEG: much smaller, "
+            "slightly less exact. Fewer bits mean less memory and faster writing (less to "
+            "read per token), at some cost in quality.",
+        ),
+        (
+            _num("Parameters", f.n_params, f"{fmt_count(f.n_params)} weights"),
+            _num("Bits per weight", f.bits_per_weight, f"{f.bits_per_weight:.2f} bits"),
+            _num("Weights in memory", f.weights_bytes, fmt_bytes(f.weights_bytes)),
+            _num("At 16 bits", fp16, fmt_bytes(fp16)),
+        ),
+    )
+
+
+def _kv(f: ExplainFacts) -> Section | None:
+    if not f.kv_known:
+        return Section(
+            "kv",
+            "Attention and the KV cache",
+            (
+                "ggtune does not know how this architecture keeps its memory of the "
+                "conversation, so the KV cache is not counted here.",
+            ),
+            (),
+        )
+    if not f.n_full_layers and not f.n_swa_layers:
+        return None
+    bits = _CACHE_BITS.get(f.cache_type_k, f.cache_type_k)
+    same = f.cache_type_k == f.cache_type_v
+    kind = (
+        f"{f.cache_type_k} ({bits} numbers)"
+        if same
+        else f"{f.cache_type_k} for keys and {f.cache_type_v} for values"
+    )
+    gqa = ""
+    if f.n_head_kv and f.n_head > f.n_head_kv:
+        gqa = (
+            f" Its {f.n_head} attention heads (parallel ways of looking back) share "
+            f"{f.n_head_kv} set{'s' if f.n_head_kv > 1 else ''} of keys and values, which "
+            f"makes the cache {f.n_head // f.n_head_kv}× smaller than it could be."
+        )
+    paragraphs = [
+        "To write a token, attention compares it with every earlier token. Redoing that "
+        "work for the whole text at each step would be slow, so every layer keeps two short "
+        "notes per token it has seen: a key (what the token is about) and a value (what it "
+        "contributes). That store is the KV cache, and it grows by one entry per layer with "
+        "every token, in the prompt and in the answer." + gqa,
+        f"For this model one token costs {fmt_bytes(f.kv_bytes_per_token)} of cache over "
+        f"all its attention layers, stored as {kind}. llama.cpp reserves the cache for the "
+        f"whole context up front: {fmt_tokens(f.n_ctx)} → {fmt_bytes(f.kv_bytes)}, used "
+        "even while the conversation is still short. Doubling the context roughly doubles "
+        "this part.",
+    ]
+    numbers = [
+        _num("KV per token", f.kv_bytes_per_token, fmt_bytes(f.kv_bytes_per_token)),
+        _num("KV cache at this context", f.kv_bytes, fmt_bytes(f.kv_bytes)),
+    ]
+    if f.kv_bytes_q8 is not None and f.kv_bytes_q8 != f.kv_bytes:
+        paragraphs.append(
+            "The cache can be quantized too: with 8-bit numbers (q8_0) instead of "
+            f"{bits} it would take {fmt_bytes(f.kv_bytes_q8)}, with a very small effect on "
+            "quality. llama.cpp needs flash attention (below) for a quantized value cache."
+        )
+        numbers.append(_num("KV cache at q8_0", f.kv_bytes_q8, fmt_bytes(f.kv_bytes_q8)))
+    return Section("kv", "Attention and the KV cache", tuple(paragraphs), tuple(numbers))
+
+
+def _window(f: ExplainFacts) -> Section | None:
+    if not f.n_swa_layers or not f.n_swa:
+        return None
+    if_full = f.kv_bytes_per_token_swa * f.n_ctx
+    return Section(
+        "window",
+        "Sliding-window layers only look back so far",
+        (
+            f"{f.n_swa_layers} of the {f.n_layer} layers use a sliding window: they only "
+            f"look at the last {fmt_tokens(f.n_swa)}. They can forget older tokens, so "
+            f"their cache holds just {fmt_tokens(f.swa_cells)} (the window for each user, "
+            f"plus room for one batch of new tokens): {fmt_bytes(f.kv_bytes_swa_cache)}.",
+            f"The other {_plural(f.n_full_layers, 'layer')} see the whole text and keep "
+            f"every token: {fmt_bytes(f.kv_bytes_full_cache)} at this context. Without the "
+            f"window the sliding layers alone would need about {fmt_bytes(if_full)}.",
+        ),
+        (
+            _num("Window", f.n_swa, fmt_tokens(f.n_swa)),
+            _num("Sliding-window layers", f.n_swa_layers, _plural(f.n_swa_layers, "layer")),
+            _num("Their cache", f.kv_bytes_swa_cache, fmt_bytes(f.kv_bytes_swa_cache)),
+            _num("Full-attention cache", f.kv_bytes_full_cache, fmt_bytes(f.kv_bytes_full_cache)),
+        ),
+    )
+
+
+def _experts(f: ExplainFacts) -> Section | None:
+    if not f.n_expert:
+        return None
+    return Section(
+        "experts",
+        "Mixture of experts: only a few parts work per token",
+        (
+            f"This model's feed-forward parts are split into {f.n_expert} experts per "
+            f"layer, and a small router picks {f.n_expert_used} of them for each token. All "
+            f"experts ({fmt_bytes(f.expert_bytes)}) must be in memory, but a token only "
+            f"reads about {fmt_bytes(f.active_expert_bytes)} of them, so it writes much "
+            "faster than a model of the same size where every weight works on every token.",
+        ),
+        (
+            _num("Experts per layer", f.n_expert, f"{f.n_expert} experts"),
+            _num("Active per token", f.n_expert_used, f"{f.n_expert_used} experts"),
+            _num("All experts", f.expert_bytes, fmt_bytes(f.expert_bytes)),
+        ),
+    )
+
+
+def _recurrent(f: ExplainFacts) -> Section | None:
+    if not f.n_recurrent_layers:
+        return None
+    return Section(
+        "recurrent",
+        "Recurrent layers keep a summary instead of every token",
+        (
+            f"{f.n_recurrent_layers} of the layers are recurrent: instead of a note per "
+            "token they carry one fixed-size summary of everything read so far, updated at "
+            f"each token. It takes {fmt_bytes(f.recurrent_bytes)} here and does not grow "
+            "with the context.",
+        ),
+        (
+            _num("Recurrent layers", f.n_recurrent_layers, _plural(f.n_recurrent_layers, "layer")),
+            _num("Recurrent state", f.recurrent_bytes, fmt_bytes(f.recurrent_bytes)),
+        ),
+    )
+
+
+def _flash(f: ExplainFacts) -> Section:
+    state = "on" if f.flash_attn else "off"
+    paragraphs = [
+        "While reading the prompt the model works on a batch of tokens at once and needs "
+        "scratch space (the compute buffer). Plain attention writes out a whole table of "
+        "scores, every token of the batch against every token in the cache, for all heads "
+        "at once. Flash attention works through that table in small tiles and never stores "
+        "it whole, so the scratch space stops growing with the context.",
+    ]
+    numbers = [_num("Compute buffer now", f.compute_bytes, fmt_bytes(f.compute_bytes))]
+    logits = 4 * f.n_vocab * f.n_ubatch
+    on, off = f.compute_bytes_flash_on, f.compute_bytes_flash_off
+    if on is not None and off is not None:
+        paragraphs.append(
+            f"Flash attention is {state} with these settings. For this model at "
+            f"{fmt_tokens(f.n_ctx)} the compute buffer is {fmt_bytes(on)} with it and "
+            f"{fmt_bytes(off)} without it."
+        )
+        if 2 * logits > on and abs(off - on) * 10 < on:
+            paragraphs.append(
+                f"The two are close here because most of the space holds something else: "
+                f"a score for each of the {fmt_count(f.n_vocab)} vocabulary tokens, for each "
+                f"of the {fmt_tokens(f.n_ubatch)} read at once (4 bytes each): "
+                f"{fmt_bytes(logits)}."
+            )
+        numbers += [
+            _num("With flash attention", on, fmt_bytes(on)),
+            _num("Without flash attention", off, fmt_bytes(off)),
+        ]
+    elif on is not None:
+        paragraphs.append(
+            f"Flash attention is {state}; with it the compute buffer is {fmt_bytes(on)}. "
+            "These settings cannot run without it (a quantized value cache needs it)."
+        )
+        numbers.append(_num("With flash attention", on, fmt_bytes(on)))
+    return Section(
+        "flash", "Flash attention and the scratch space", tuple(paragraphs), tuple(numbers)
+    )
+
+
+def _speed(f: ExplainFacts) -> Section | None:
+    if f.bytes_per_token_read <= 0 or f.bandwidth_bytes_per_s <= 0:
+        return None
+    gbs = f.bandwidth_bytes_per_s / 1e9
+    paragraphs = [
+        "Writing is limited by memory speed, not by arithmetic: for every new token the "
+        "processor must read all the weights it uses, plus the KV cache of the earlier "
+        "tokens. So the best possible speed is the memory's bandwidth (bytes it delivers "
+        "per second) divided by the bytes read per token.",
+        f"Here, {fmt_tokens(f.depth)} into a conversation, each token reads about "
+        f"{fmt_bytes(f.bytes_per_token_read)}. This memory really delivers about "
+        f"{gbs:.0f} GB/s, which allows at most "
+        f"{f.bound_tok_per_s:.0f} tokens/s.",
+    ]
+    numbers = [
+        _num("Read per token", f.bytes_per_token_read, fmt_bytes(f.bytes_per_token_read)),
+        _num("Bandwidth", f.bandwidth_bytes_per_s, f"{gbs:.0f} GB/s"),
+        _num("Speed bound", f.bound_tok_per_s, f"{f.bound_tok_per_s:.0f} tokens/s"),
+    ]
+    if f.decode_tok_per_s is not None:
+        paragraphs.append(
+            f"ggtune predicts about {f.decode_tok_per_s:.0f} tokens/s (everything counted). "
+            "This is why quantization speeds writing up: fewer bits per weight, fewer bytes "
+            "to read per token."
+        )
+        numbers.append(
+            _num(
+                "Predicted writing speed", f.decode_tok_per_s, f"{f.decode_tok_per_s:.0f} tokens/s"
+            )
+        )
+    return Section(
+        "speed", "Why memory speed sets the writing speed", tuple(paragraphs), tuple(numbers)
+    )
+
+
+def sections_from_facts(f: ExplainFacts) -> tuple[Section, ...]:
+    """Return the walk for already gathered ``f`` (sections that do not apply are left out)."""
+    parts = (
+        _overview(f),
+        _tokens(f),
+        _layers(f),
+        _weights(f),
+        _kv(f),
+        _window(f),
+        _experts(f),
+        _recurrent(f),
+        _flash(f),
+        _speed(f),
+    )
+    kept = [s for s in parts if s is not None]
+    # number the steps of the walk after the overview
+    steps = (dataclasses.replace(s, title=f"{i}. {s.title}") for i, s in enumerate(kept[1:], 1))
+    return (kept[0], *steps)
+
+
+def explain_model(
+    spec: ModelSpec,
+    settings: Settings,
+    est: MemoryEstimate,
+    hardware: Hardware,
+    *,
+    factors: SpeedFactors | None = None,
+) -> tuple[Section, ...]:
+    """Return the walk from prompt to answer for ``spec``, with the estimate's numbers.
+
+    ``est`` must be ``estimate(spec, settings, hardware)``.
+    """
+    return sections_from_facts(explain_facts(spec, settings, est, hardware, factors=factors))
