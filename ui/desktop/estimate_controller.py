@@ -5,6 +5,11 @@ pure and takes well under a millisecond) and emits one :class:`EstimateState`. T
 Settings panel writes through :meth:`EstimateController.update`; the memory view and the
 verdict read ``state_changed``. Limits that depend on the model (the context slider's end,
 the number of layers) are pure functions here, so tests can check them without widgets.
+
+The estimate is for the open file, or for a simulated quant level of it
+(:meth:`EstimateController.set_quant`): :func:`app.quant.simulate_quant` runs once per
+(model, quant) and its spec is cached, so slider ticks re-estimate as fast as for the file.
+``EstimateState.spec`` is the spec estimated; ``EstimateState.model`` stays the open file.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from PySide6.QtCore import QObject, Signal
 from app.errors import GGTuneError
 from app.estimate import MemoryEstimate, estimate
 from app.hardware import Hardware
+from app.planner import own_quant_name
+from app.quant import QuantResult, simulate_all, simulate_quant
 from app.settings import ALL_LAYERS, RUNNERS, RunnerName, Settings, runner_defaults
 from app.spec import ModelSpec
 from app.verdict import DEFAULT_MARGIN_BYTES, Verdict, verdict
@@ -39,10 +46,14 @@ class EstimateState:
     """One consistent snapshot: what was asked and what it costs.
 
     ``estimate`` and ``verdict`` are None when there is no model yet or when the settings
-    cannot run (``error`` says why, in one line).
+    cannot run (``error`` says why, in one line). ``quant`` is the simulated quant level
+    estimated (None: the open file itself) and ``spec`` the spec estimated: the file's, or
+    the simulated one (None without a model).
     """
 
     model: LoadedModel | None
+    quant: str | None
+    spec: ModelSpec | None
     settings: Settings
     runner: RunnerName
     hardware: HardwareChoice
@@ -50,6 +61,25 @@ class EstimateState:
     verdict: Verdict | None
     error: str | None
     margin_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuantChoice:
+    """A quant level the open model can be simulated at (``needs_imatrix``: llama.cpp
+    demands an importance matrix to make it)."""
+
+    name: str
+    needs_imatrix: bool
+
+
+def simulate_level(spec: ModelSpec, quant: str) -> QuantResult:
+    """Return ``spec`` quantized to ``quant`` as :func:`app.quant.simulate_all` does it:
+    with an importance matrix when llama.cpp demands one (raises QuantError)."""
+    result = simulate_quant(spec, quant)
+    if result.needs_imatrix:
+        with_imatrix = simulate_quant(spec, quant, imatrix=True)
+        result = dataclasses.replace(with_imatrix, needs_imatrix=True)
+    return result
 
 
 def max_context(spec: ModelSpec, settings: Settings) -> int:
@@ -89,10 +119,12 @@ class EstimateController(QObject):
 
     Signals: ``model_changed(LoadedModel)``, ``settings_changed(Settings)`` (also when a
     runner preset or the model's limits changed them), ``runner_changed(str)``,
-    ``state_changed(EstimateState)`` after each estimate.
+    ``quant_changed(object)`` (the simulated quant level, None for the file itself; also
+    None after a new model), ``state_changed(EstimateState)`` after each estimate.
     """
 
     model_changed = Signal(object)
+    quant_changed = Signal(object)
     settings_changed = Signal(object)
     runner_changed = Signal(str)
     state_changed = Signal(object)
@@ -103,6 +135,9 @@ class EstimateController(QObject):
         self._hardware = hardware
         self._settings = runner_defaults(self._runner, gpu_total_bytes=0)
         self._model: LoadedModel | None = None
+        self._quant: str | None = None
+        self._simulated: dict[tuple[str, str], ModelSpec] = {}
+        self._choices: dict[str, tuple[QuantChoice, ...]] = {}
         self._margin_bytes = DEFAULT_MARGIN_BYTES
         self._state = self._compute()
 
@@ -128,13 +163,85 @@ class EstimateController(QObject):
         """The model estimated, or None before the first one loaded."""
         return self._model
 
+    @property
+    def quant(self) -> str | None:
+        """The simulated quant level estimated, or None for the open file itself."""
+        return self._quant
+
+    @property
+    def spec(self) -> ModelSpec | None:
+        """The spec estimated: the open file's, or its simulated quant level's."""
+        if self._model is None:
+            return None
+        if self._quant is None:
+            return self._model.spec
+        return self._simulated[(self._model.spec.path, self._quant)]
+
+    def own_quant(self) -> str | None:
+        """The open file's quant level (e.g. "Q4_K_M"; "file" when unknown), or None."""
+        return None if self._model is None else own_quant_name(self._model.spec)
+
+    def quant_choices(self) -> tuple[QuantChoice, ...]:
+        """Every quant level the open model can be simulated at, but its own, big to small.
+
+        Runs :func:`app.quant.simulate_all` once per model and caches every spec, so a
+        later :meth:`set_quant` costs nothing.
+        """
+        model = self._model
+        if model is None:
+            return ()
+        path = model.spec.path
+        known = self._choices.get(path)
+        if known is not None:
+            return known
+        own = own_quant_name(model.spec)
+        choices: list[QuantChoice] = []
+        for result in simulate_all(model.spec):
+            if not isinstance(result, QuantResult) or result.file_type.name == own:
+                continue
+            name = result.file_type.name
+            self._simulated.setdefault((path, name), result.spec)
+            choices.append(QuantChoice(name, result.needs_imatrix))
+        self._choices[path] = tuple(choices)
+        return self._choices[path]
+
     # --- writing ---
 
     def set_model(self, model: LoadedModel) -> None:
-        """Estimate for ``model``; keep the settings, fitted to its limits."""
+        """Estimate for ``model`` itself (no simulated quant); keep the settings, fitted."""
+        path = model.spec.path
+        self._simulated = {k: v for k, v in self._simulated.items() if k[0] == path}
+        self._choices = {k: v for k, v in self._choices.items() if k == path}
         self._model = model
+        self._quant = None
         self.model_changed.emit(model)
+        self.quant_changed.emit(None)
         self._apply(self._settings)
+
+    def set_quant(self, quant: str | None) -> None:
+        """Estimate the open model simulated at ``quant`` (None or its own: the file).
+
+        The simulation runs once per (model, quant); a level llama.cpp cannot make leaves
+        the quant as it was and puts the reason in ``state.error``.
+        """
+        model = self._model
+        if model is None:
+            return
+        if quant is not None and quant == own_quant_name(model.spec):
+            quant = None
+        if quant is not None:
+            key = (model.spec.path, quant)
+            if key not in self._simulated:
+                try:
+                    self._simulated[key] = simulate_level(model.spec, quant).spec
+                except GGTuneError as err:
+                    self._publish(dataclasses.replace(self._state, error=str(err)))
+                    return
+        changed = quant != self._quant
+        self._quant = quant
+        if changed:
+            self.quant_changed.emit(quant)
+        self._recompute()
 
     def set_hardware(self, choice: HardwareChoice) -> None:
         """Estimate for other hardware (settings unchanged)."""
@@ -189,14 +296,17 @@ class EstimateController(QObject):
         est: MemoryEstimate | None = None
         judged: Verdict | None = None
         error: str | None = None
-        if self._model is not None:
+        spec = self.spec
+        if spec is not None:
             try:
-                est = estimate(self._model.spec, self._settings, self._hardware.hardware)
+                est = estimate(spec, self._settings, self._hardware.hardware)
                 judged = verdict(est, margin_bytes=self._margin_bytes)
             except GGTuneError as err:
                 error = str(err)
         return EstimateState(
             model=self._model,
+            quant=self._quant,
+            spec=spec,
             settings=self._settings,
             runner=self._runner,
             hardware=self._hardware,

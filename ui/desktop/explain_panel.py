@@ -422,7 +422,7 @@ class ExplainPanel(QWidget):
             return
         try:
             facts = explain_facts(
-                state.model.spec,
+                state.spec or state.model.spec,
                 state.settings,
                 state.estimate,
                 state.hardware.hardware,

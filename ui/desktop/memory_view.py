@@ -772,7 +772,7 @@ class SpeedController(QObject):
         if state.estimate is not None:
             try:
                 prediction = predict_speed(
-                    state.model.spec,
+                    state.spec or state.model.spec,
                     state.settings,
                     state.hardware.hardware,
                     depth=speed_depth(state.settings),
@@ -784,6 +784,7 @@ class SpeedController(QObject):
         ctx = max(256, state.settings.n_ctx // max(1, state.settings.n_parallel))
         key = (
             state.model.path,
+            state.quant,
             state.hardware,
             state.settings,
             state.margin_bytes,
@@ -798,7 +799,7 @@ class SpeedController(QObject):
 
     def _request_users(self, state: EstimateState) -> None:
         assert state.model is not None, "users need a model"
-        spec = state.model.spec
+        spec = state.spec or state.model.spec  # the simulated quant's, when one is chosen
         hardware = state.hardware.hardware
         settings = state.settings
         margin = state.margin_bytes

@@ -5,8 +5,10 @@ recommend`` runs, with the same quant options and speed factors) on the job pool
 request or Cancel drops an older answer, so the GUI never waits. :meth:`RecommendController.apply`
 puts the plan's settings on the sliders through
 :meth:`~ui.desktop.estimate_controller.EstimateController.update`. The settings apply to
-the file that is open; when the plan is for another quant, :func:`apply_note` says that
-the file has to be downloaded or made with ``llama-quantize`` first.
+the file that is open; when the plan is for another (simulated) quant, Apply also selects
+that level in the Settings panel's Quantization combo
+(:meth:`~ui.desktop.estimate_controller.EstimateController.set_quant`), and
+:func:`apply_note` says that the file has to be downloaded or made with ``llama-quantize``.
 """
 
 from __future__ import annotations
@@ -144,12 +146,10 @@ def apply_note(c: Candidate, open_quant: str) -> str:
     """Return what Apply did, and what is left to do when the plan is for another quant."""
     if c.quant.on_disk or c.quant.name == open_quant:
         return "Applied: the sliders now hold this plan for the file you have open."
-    imatrix = " (with an importance matrix, --imatrix)" if c.quant.needs_imatrix else ""
+    imatrix = " (with --imatrix)" if c.quant.needs_imatrix else ""
     return (
-        f"Applied the settings, but the plan is for {c.quant.name}, and the open file is "
-        f"{open_quant}: the memory view shows your file with them. To run the plan, "
-        f"download a {c.quant.name} GGUF of this model or make one from the F16/BF16 file "
-        f"with llama-quantize{imatrix}."
+        f"Applied, with {c.quant.name} simulated (your file is {open_quant}): to run it, "
+        f"download a {c.quant.name} GGUF or make one with llama-quantize{imatrix}."
     )
 
 
@@ -237,6 +237,8 @@ class RecommendController(QObject):
         if outcome.model_path != model.spec.path:
             return None
         best = outcome.recommendation.best
+        simulated = not best.quant.on_disk and best.quant.name != outcome.open_quant
+        self._estimates.set_quant(best.quant.name if simulated else None)
         self._estimates.update(**dataclasses.asdict(best.settings))
         note = apply_note(best, outcome.open_quant)
         self.applied.emit(note)

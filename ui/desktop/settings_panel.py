@@ -5,7 +5,9 @@ Widgets only: each control writes through :meth:`EstimateController.update` (or 
 ``settings_changed`` with its signals blocked, so a runner preset or a new model moves the
 controls without echoing back. Ranges follow the open model (its training context and
 layer count); controls that do not apply (MoE on a dense model, GPU layers without a GPU)
-are disabled, with a tooltip saying why.
+are disabled, with a tooltip saying why. The Quantization combo offers the open file's
+own quant level and every level :mod:`app.quant` can simulate from it
+(:meth:`EstimateController.set_quant`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from ui.desktop.estimate_controller import (
     RUNNER_TITLES,
     EstimateController,
     EstimateState,
+    QuantChoice,
     max_context,
 )
 from ui.desktop.hardware import GIB, HardwareChoice, HardwareController, describe_hardware
@@ -45,6 +48,15 @@ from ui.desktop.model_card import LoadedModel
 from ui.desktop.scales import context_steps, format_tokens, nearest_step
 
 _FLASH_TITLES = {"auto": "Auto", "on": "On", "off": "Off"}
+
+FILE_QUANT = ""
+"""The Quantization combo's data for the open file itself (simulated levels: their name)."""
+
+
+def quant_title(choice: QuantChoice) -> str:
+    """Return the Quantization combo's text for a simulated level."""
+    extra = ", needs an imatrix" if choice.needs_imatrix else ""
+    return f"{choice.name} — simulated{extra}"
 
 
 @contextlib.contextmanager
@@ -133,6 +145,7 @@ class SettingsPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self._build_runner())
+        layout.addWidget(self._build_quant())
         layout.addWidget(self._build_context())
         layout.addWidget(self._build_placement())
         layout.addWidget(self._build_hardware())
@@ -141,6 +154,7 @@ class SettingsPanel(QWidget):
         controller.settings_changed.connect(self._on_controller_settings_changed)
         controller.model_changed.connect(self._on_controller_model_changed)
         controller.runner_changed.connect(self._on_controller_runner_changed)
+        controller.quant_changed.connect(self._on_controller_quant_changed)
         controller.state_changed.connect(self._on_controller_state_changed)
         hardware.local_detected.connect(self._on_hardware_local_detected)
         hardware.hardware_changed.connect(self._on_hardware_changed)
@@ -168,6 +182,19 @@ class SettingsPanel(QWidget):
         row.addWidget(self.runner_combo, 1)
         row.addWidget(self.reset_button)
         form.addRow(_label("&Preset:", self.runner_combo), row)
+        return box
+
+    def _build_quant(self) -> QGroupBox:
+        box = QGroupBox("Model file")
+        form = _form(box)
+        self.quant_combo = QComboBox()
+        self.quant_combo.setToolTip(
+            "Estimate the file you have, or the model simulated at another quant level "
+            "(download that GGUF or make it with llama-quantize to run it)"
+        )
+        self.quant_combo.setEnabled(False)
+        self.quant_combo.currentIndexChanged.connect(self._on_quant_combo_changed)
+        form.addRow(_label("&Quantization:", self.quant_combo), self.quant_combo)
         return box
 
     def _build_context(self) -> QGroupBox:
@@ -312,6 +339,10 @@ class SettingsPanel(QWidget):
     def _on_runner_combo_changed(self, index: int) -> None:
         self._controller.set_runner(RUNNERS[index])
 
+    def _on_quant_combo_changed(self, _index: int) -> None:
+        data = self.quant_combo.currentData()
+        self._controller.set_quant(data or None)
+
     def _on_context_slider_moved(self, position: int) -> None:
         self._controller.update(n_ctx=self.context.steps[position])
 
@@ -350,9 +381,26 @@ class SettingsPanel(QWidget):
         with signals_blocked(self.runner_combo):
             self.runner_combo.setCurrentIndex(self.runner_combo.findData(runner))
 
+    def _on_controller_quant_changed(self, quant: str | None) -> None:
+        index = self.quant_combo.findData(quant or FILE_QUANT)
+        with signals_blocked(self.quant_combo):
+            self.quant_combo.setCurrentIndex(max(0, index))
+
+    def _fill_quant_combo(self) -> None:
+        own = self._controller.own_quant() or "file"
+        with signals_blocked(self.quant_combo):
+            self.quant_combo.clear()
+            self.quant_combo.addItem(f"{own} — this file", FILE_QUANT)
+            for choice in self._controller.quant_choices():
+                self.quant_combo.addItem(quant_title(choice), choice.name)
+            index = self.quant_combo.findData(self._controller.quant or FILE_QUANT)
+            self.quant_combo.setCurrentIndex(max(0, index))
+        self.quant_combo.setEnabled(True)
+
     def _on_controller_model_changed(self, model: LoadedModel) -> None:
         spec = model.spec
         self._spec = spec
+        self._fill_quant_combo()
         with signals_blocked(self.gpu_layers):
             self.gpu_layers.setRange(0, spec.n_layer + 1)
             self.gpu_layers.setPageStep(max(1, (spec.n_layer + 1) // 8))
