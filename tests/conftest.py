@@ -7,6 +7,7 @@ run alone, the first test that asks for one downloads it from the package regist
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,3 +70,67 @@ def hub(
         for name in ("HF_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH"):
             monkeypatch.delenv(name, raising=False)
         yield fake
+
+
+_SDIST_MEMBERS = (
+    "vendor/llama.cpp/common/arg.cpp",
+    "vendor/llama.cpp/common/speculative.cpp",
+    "vendor/llama.cpp/ggml/src/ggml-rpc/ggml-rpc.cpp",
+    "llama_cpp/llama.py",
+)
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_source() -> Path:
+    """Return the root of the pinned llama-cpp-python sdist, holding the files tests read.
+
+    Fetched once per machine from PyPI (`pip download --no-deps`, the package registry is
+    the one network tests may use) into the user cache; only the members in
+    ``_SDIST_MEMBERS`` are extracted. ``GGTUNE_LLAMA_CPP_SDIST`` may point at an unpacked
+    sdist instead.
+    """
+    import subprocess
+    import sys
+    import tarfile
+    import tempfile
+    from importlib.metadata import version
+
+    from app.demo_models import cache_dir
+
+    override = os.environ.get("GGTUNE_LLAMA_CPP_SDIST")
+    if override:
+        return Path(override)
+    pin = version("llama-cpp-python")
+    root = cache_dir() / "sdist" / f"llama_cpp_python-{pin}"
+    if all((root / m).is_file() for m in _SDIST_MEMBERS):
+        return root
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "-q",
+                "-d",
+                tmp,
+                f"llama-cpp-python=={pin}",
+            ],
+            check=True,
+            timeout=600,
+        )
+        (archive,) = Path(tmp).glob("llama_cpp_python-*.tar.gz")
+        prefix = f"llama_cpp_python-{pin}/"
+        with tarfile.open(archive) as tar:
+            for member in _SDIST_MEMBERS:
+                data = tar.extractfile(prefix + member)
+                assert data is not None, f"{member} missing from {archive.name}"
+                target = root / member
+                target.parent.mkdir(parents=True, exist_ok=True)
+                part = target.with_suffix(target.suffix + ".part")
+                part.write_bytes(data.read())
+                part.replace(target)
+    return root

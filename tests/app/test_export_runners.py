@@ -11,7 +11,6 @@ import argparse
 import ast
 import errno
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -30,17 +29,6 @@ from app.export.llama_cpp_python import export_llama_cpp_python, llama_kwargs
 from app.export.llama_server import FLAGS, llama_server_argv
 from app.export.lmstudio import export_lmstudio, write_lmstudio_config
 from app.settings import ALL_LAYERS, CACHE_TYPES, Settings
-
-ARG_CPP = (
-    Path(
-        os.environ.get(
-            "GGTUNE_LLAMA_CPP_SRC", "/tmp/llsrc/llama_cpp_python-0.3.36/vendor/llama.cpp"
-        )
-    )
-    / "common"
-    / "arg.cpp"
-)
-
 
 # --------------------------------------------------------------------------- llama-server
 
@@ -175,14 +163,14 @@ def test_draft_model_runs_with_a_speculative_type() -> None:
     assert argv[-4:] == ("-md", "/d.gguf", "--spec-type", "draft-simple")
 
 
-@pytest.mark.skipif(not ARG_CPP.is_file(), reason="vendored llama.cpp source not on this machine")
-def test_every_flag_exists_in_the_pinned_llama_cpp() -> None:
-    source = ARG_CPP.read_text(encoding="utf-8")
+def test_every_flag_exists_in_the_pinned_llama_cpp(llama_cpp_source: Path) -> None:
+    arg_cpp = llama_cpp_source / "vendor" / "llama.cpp" / "common" / "arg.cpp"
+    source = arg_cpp.read_text(encoding="utf-8")
     declared = set(re.findall(r'"(-{1,2}[a-z][a-z0-9-]*)"', source))
     missing = [f for f in FLAGS if f not in declared]
-    assert not missing, f"not in {ARG_CPP}: {missing}"
+    assert not missing, f"not in {arg_cpp}: {missing}"
     assert "--no-mmap" not in declared  # replaced by --load-mode (PR #20834)
-    assert '"draft-simple"' in (ARG_CPP.parent / "speculative.cpp").read_text(encoding="utf-8")
+    assert '"draft-simple"' in (arg_cpp.parent / "speculative.cpp").read_text(encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- llama-cpp-python
@@ -225,10 +213,8 @@ def test_llama_cpp_python_says_it_cannot_run_parallel_slots() -> None:
     assert any("n_seq_max" in n for n in notes)
 
 
-def test_llama_cpp_python_kwargs_exist_in_the_pinned_version() -> None:
-    llama_py = ARG_CPP.parents[3] / "llama_cpp" / "llama.py"
-    if not llama_py.is_file():
-        pytest.skip("llama-cpp-python source not on this machine")
+def test_llama_cpp_python_kwargs_exist_in_the_pinned_version(llama_cpp_source: Path) -> None:
+    llama_py = llama_cpp_source / "llama_cpp" / "llama.py"
     src = llama_py.read_text(encoding="utf-8")
     init = next(
         n

@@ -37,8 +37,7 @@ from app.speed import (
 
 GIB = 1024**3
 HOST = Device("CPU", "host", 64 * GIB, None, 50.0)
-ARG_CPP = Path("/tmp/llsrc/llama_cpp_python-0.3.36/vendor/llama.cpp/common/arg.cpp")
-RPC_CPP = Path("/tmp/llsrc/llama_cpp_python-0.3.36/vendor/llama.cpp/ggml/src/ggml-rpc/ggml-rpc.cpp")
+VENDORED = Path("vendor") / "llama.cpp"
 
 
 def _spec(name: str) -> ModelSpec:
@@ -206,7 +205,7 @@ def _remotes() -> tuple[RpcHost, ...]:
     )
 
 
-def test_rpc_devices_are_named_and_ordered_like_llama_cpp() -> None:
+def test_rpc_devices_are_named_and_ordered_like_llama_cpp(llama_cpp_source: Path) -> None:
     local = compose("rtx-4090", default_host=HOST)
     hw, machines = rpc_hardware(local, _remotes())
     assert [d.name for d in hw.devices] == ["RPC0", "RPC1", "CUDA0", "CPU"]
@@ -218,12 +217,14 @@ def test_rpc_devices_are_named_and_ordered_like_llama_cpp() -> None:
     hw2, _ = rpc_hardware(local, (cpu_box,))
     assert hw2.gpus[0].name == "RPC0"
     assert hw2.gpus[0].capacity_bytes == 32 * GIB
-    if RPC_CPP.exists():  # ggml-rpc names devices "RPC" + a global counter
-        text = RPC_CPP.read_text()
-        assert 'std::string dev_name = "RPC" + std::to_string(dev_id);' in text
+    # ggml-rpc names devices "RPC" + a global counter
+    text = (llama_cpp_source / VENDORED / "ggml/src/ggml-rpc/ggml-rpc.cpp").read_text()
+    assert 'std::string dev_name = "RPC" + std::to_string(dev_id);' in text
 
 
-def test_rpc_split_of_a_70b_fits_where_one_machine_does_not(llama70b_q4: QuantOption) -> None:
+def test_rpc_split_of_a_70b_fits_where_one_machine_does_not(
+    llama70b_q4: QuantOption, llama_cpp_source: Path
+) -> None:
     # Llama-3.1-70B Q4_K_M is ~40 GiB of weights: an RTX 4090 (23 GiB usable) alone must put
     # about half the layers in system RAM; with two remote RTX 3090s (23 GiB each) all 80
     # layers sit on GPUs, split in proportion to their memory.
@@ -274,10 +275,9 @@ def test_rpc_split_of_a_70b_fits_where_one_machine_does_not(llama70b_q4: QuantOp
     assert shlex.split(line) == list(argv)
     assert argv[:3] == ("llama-server", "-m", "/models/llama-70b-Q4_K_M.gguf")
     assert argv[argv.index("--rpc") + 1] == "10.0.0.2:50052,10.0.0.3:50052"
-    if ARG_CPP.exists():
-        text = ARG_CPP.read_text()
-        assert '{"--rpc"}' in text
-        assert '{"--spec-draft-n-max"}' in text
+    text = (llama_cpp_source / VENDORED / "common/arg.cpp").read_text()
+    assert '{"--rpc"}' in text
+    assert '{"--spec-draft-n-max"}' in text
 
 
 def test_slower_link_slows_the_split(llama70b_q4: QuantOption) -> None:
