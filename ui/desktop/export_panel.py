@@ -276,7 +276,8 @@ class ExportPanel(QWidget):
 
         self.preview = QPlainTextEdit()
         self.preview.setReadOnly(True)
-        self.preview.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        # wrap long command lines on screen (Copy and Save take the text, not the wrapping)
+        self.preview.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
         self.preview.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.preview.setAccessibleName("Export preview")
         layout.addWidget(self.preview, 1)
