@@ -290,7 +290,7 @@ def detect_backend() -> Backend:
 
 
 def cache_dir() -> Path:
-    """Return ggtune's user cache folder; the same as app.demo_models.cache_dir()."""
+    """Return ggtune's user cache folder; the same as app.paths.cache_dir()."""
     if WINDOWS:
         local = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
         return Path(local) / "ggtune" / "Cache"

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import IO
 
 from app.errors import GGTuneError, ModelFetchError
+from app.paths import cache_dir
 
 #: Environment variable that replaces the models folder.
 MODELS_DIR_ENV = "GGTUNE_MODELS_DIR"
@@ -106,30 +107,6 @@ GEMMA = ModelSource(
 Downloader = Callable[[str, Path], Path]
 #: Receives one line of progress for a person to read.
 Progress = Callable[[str], None]
-
-
-def cache_dir() -> Path:
-    """Return ggtune's per-user cache folder (created by nobody here).
-
-    Linux ``$XDG_CACHE_HOME/ggtune`` (default ``~/.cache/ggtune``), macOS
-    ``~/Library/Caches/ggtune``, Windows ``%LOCALAPPDATA%\\ggtune\\Cache``. tasks.py keeps its
-    llama-cpp-python wheelhouse under the same folder and computes it the same way.
-    """
-    try:
-        import platformdirs
-    except ImportError:  # only the set-up's first moments can lack it
-        return _fallback_cache_dir()
-    return Path(platformdirs.user_cache_dir("ggtune", appauthor=False))
-
-
-def _fallback_cache_dir() -> Path:
-    if sys.platform == "win32":
-        local = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
-        return Path(local) / "ggtune" / "Cache"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "ggtune"
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    return Path(xdg or Path.home() / ".cache") / "ggtune"
 
 
 def models_dir() -> Path:

@@ -875,7 +875,7 @@ def machine_key(host: HostInfo | None) -> str:
 
 def _bandwidth_cache_file(cache_dir: Path | None) -> Path:
     if cache_dir is None:
-        from app.demo_models import cache_dir as ggtune_cache_dir
+        from app.paths import cache_dir as ggtune_cache_dir
 
         cache_dir = ggtune_cache_dir()
     return cache_dir / "hardware" / "host-bandwidth.json"

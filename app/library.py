@@ -238,7 +238,7 @@ class HeaderCache:
     @staticmethod
     def default_path() -> Path:
         """Return ``<user cache dir>/library-headers.json``."""
-        from app.demo_models import cache_dir
+        from app.paths import cache_dir
 
         return cache_dir() / "library-headers.json"
 

@@ -14,10 +14,11 @@ Example::
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
-__all__ = ["bundle_root", "data_dir", "icons_dir", "is_frozen"]
+__all__ = ["bundle_root", "cache_dir", "data_dir", "icons_dir", "is_frozen"]
 
 _SOURCE_ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,3 +49,27 @@ def icons_dir() -> Path:
     if is_frozen():
         return bundle_root() / "icons"
     return _SOURCE_ROOT / "packaging" / "icons"
+
+
+def cache_dir() -> Path:
+    """Return ggtune's per-user cache folder (created by nobody here).
+
+    Linux ``$XDG_CACHE_HOME/ggtune`` (default ``~/.cache/ggtune``), macOS
+    ``~/Library/Caches/ggtune``, Windows ``%LOCALAPPDATA%\\ggtune\\Cache``. tasks.py keeps its
+    llama-cpp-python wheelhouse under the same folder and computes it the same way.
+    """
+    try:
+        import platformdirs
+    except ImportError:  # only the set-up's first moments can lack it
+        return _fallback_cache_dir()
+    return Path(platformdirs.user_cache_dir("ggtune", appauthor=False))
+
+
+def _fallback_cache_dir() -> Path:
+    if sys.platform == "win32":
+        local = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        return Path(local) / "ggtune" / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "ggtune"
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return Path(xdg or Path.home() / ".cache") / "ggtune"

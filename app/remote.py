@@ -494,7 +494,7 @@ def _read_exactly(response: http.client.HTTPResponse, n: int, url: str) -> bytes
 
 def header_cache_dir() -> Path:
     """Return the folder of cached remote headers: ``<cache>/ggtune/remote-headers``."""
-    from app.demo_models import cache_dir
+    from app.paths import cache_dir
 
     return cache_dir() / "remote-headers"
 

@@ -95,7 +95,7 @@ def llama_cpp_source() -> Path:
     import tempfile
     from importlib.metadata import version
 
-    from app.demo_models import cache_dir
+    from app.paths import cache_dir
 
     override = os.environ.get("GGTUNE_LLAMA_CPP_SDIST")
     if override:

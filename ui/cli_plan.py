@@ -27,6 +27,7 @@ import shlex
 import sys
 from typing import Any
 
+from app.calibration import machine_factors
 from app.compare import compare_rows, is_repo, repo_rows
 from app.errors import GGTuneError
 from app.hardware import Hardware
@@ -55,9 +56,6 @@ from app.speed import (
     DEFAULT_LINK_LATENCY_S,
     Link,
     SpeedFactors,
-    SpeedMeasurement,
-    calibrate,
-    measurements_from_record,
 )
 from ui.cli import _print_table, format_bytes, hardware_from_args, load_spec
 
@@ -157,56 +155,10 @@ def _this_machine(args: argparse.Namespace) -> bool:
 
 
 def _factors(args: argparse.Namespace, spec: ModelSpec, hardware: Hardware) -> SpeedFactors:
-    """Return speed factors fitted to this machine's stored runs (defaults elsewhere).
-
-    A stored run is this machine's when its CPU model, core counts, RAM (whole GiB) and
-    number of GPUs match (the fingerprint's GPU names come from llama.cpp, which the CLI
-    does not start for this).
-    """
+    """Return speed factors fitted to this machine's stored runs (defaults elsewhere)."""
     if args.no_calibrate or not _this_machine(args):
         return SpeedFactors()
-    from app.hardware_probe import probe_host
-    from app.results_db import ResultsDB
-
-    try:
-        db = ResultsDB(args.db) if args.db else ResultsDB()
-        if not db.path.exists():
-            return SpeedFactors()
-        runs = db.runs(limit=200)
-    except (GGTuneError, OSError):
-        return SpeedFactors()
-    host = probe_host()
-    here = (
-        host.cpu_model,
-        host.physical_cores,
-        host.logical_cores,
-        round((host.ram_total_bytes or 0) / GIB),
-        len(hardware.gpus),
-    )
-    measurements: list[SpeedMeasurement] = []
-    specs: dict[str, ModelSpec] = {}
-    for run in runs:
-        m = run.result.get("machine", {})
-        there = (
-            m.get("cpu_model"),
-            m.get("physical_cores"),
-            m.get("logical_cores"),
-            round(int(m.get("ram_bytes", 0)) / GIB),
-            len(m.get("gpus", ())),
-        )
-        if there != here:
-            continue
-        path = str(run.result.get("model_path", ""))
-        if path not in specs:
-            try:
-                specs[path] = load_spec(path)
-            except (GGTuneError, OSError):
-                continue
-        measurements.extend(
-            measurements_from_record(run.result, specs[path], hardware, model_key=run.model_file)
-        )
-    own = os.path.basename(spec.path)
-    return calibrate(measurements, model_key=own or None)
+    return machine_factors(spec, hardware, db_path=args.db)
 
 
 def _options(args: argparse.Namespace, spec: ModelSpec) -> tuple[QuantOption, ...]:

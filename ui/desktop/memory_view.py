@@ -17,7 +17,6 @@ pool through :class:`LatestJob`. The Compare and Recommend tabs read its factors
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -632,15 +631,14 @@ def load_speed_factors(spec: ModelSpec, hardware: Hardware, this_machine: bool) 
     """Return speed factors fitted to this machine's stored runs (published ratios else).
 
     Blocks on the results database and a host probe: call on the job pool. Does what
-    ``ggtune compare``/``recommend`` do (:mod:`ui.cli_plan`), so both quote the same speed.
+    ``ggtune compare``/``recommend`` do (:mod:`app.calibration`), so both quote the same speed.
     """
-    from ui.cli_plan import _factors
+    from app.calibration import machine_factors
 
-    args = argparse.Namespace(
-        no_calibrate=not this_machine, profile=None, gpu_mem=None, ram=None, db=None
-    )
+    if not this_machine:
+        return SpeedFactors()
     try:
-        return _factors(args, spec, hardware)
+        return machine_factors(spec, hardware)
     except (GGTuneError, OSError):
         return SpeedFactors()
 
