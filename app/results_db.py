@@ -295,11 +295,15 @@ class ResultsDB:
             check = conn.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
                 raise sqlite3.DatabaseError(f"database disk image is malformed: {check}")
-            for target in range(version + 1, SCHEMA_VERSION + 1):
+            if version < SCHEMA_VERSION:
                 with _transaction(conn):
-                    for statement in MIGRATIONS[target - 1]:
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {target}")
+                    # read again under the write lock: another connection (a second thread
+                    # of this app, another ggtune) may have migrated the file meanwhile
+                    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+                    for target in range(version + 1, SCHEMA_VERSION + 1):
+                        for statement in MIGRATIONS[target - 1]:
+                            conn.execute(statement)
+                        conn.execute(f"PRAGMA user_version = {target}")
         except BaseException:
             conn.close()
             raise

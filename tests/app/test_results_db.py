@@ -266,3 +266,35 @@ def test_result_json_is_plain_data(tmp_path: Path, model: Path) -> None:
     stored = db.runs()[0].result
     assert json.loads(json.dumps(stored)) == stored
     assert stored["memory"]["engine_rss_bytes"] == 350 * MIB
+
+
+def test_many_threads_opening_a_new_file_at_once_all_succeed(tmp_path: Path) -> None:
+    """The desktop app reads the history on the job pool while a benchmark opens the same
+    new file: the migration must run once, whoever comes second sees it done (this raced:
+    "table runs already exists")."""
+    import threading
+
+    for round_ in range(20):
+        db = ResultsDB(tmp_path / f"r{round_}.sqlite3")
+        start = threading.Barrier(6)
+        errors: list[BaseException] = []
+
+        def read(
+            db: ResultsDB = db,
+            start: threading.Barrier = start,
+            errors: list[BaseException] = errors,
+        ) -> None:
+            start.wait()
+            try:
+                assert db.runs() == []
+            except BaseException as err:  # collected for the assert below
+                errors.append(err)
+
+        threads = [threading.Thread(target=read) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert db.schema_version() == SCHEMA_VERSION
+        assert db.set_aside == []

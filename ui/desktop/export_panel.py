@@ -38,6 +38,7 @@ from app.export.common import ModelFacts, write_text_atomic
 from app.export.lmstudio import LMStudioExport
 from app.settings import RunnerName, Settings
 from app.spec import ModelSpec
+from ui.desktop.banner import MessageBanner
 from ui.desktop.estimate_controller import RUNNER_TITLES, EstimateController, EstimateState
 from ui.desktop.model_card import describe_error
 
@@ -302,6 +303,8 @@ class ExportPanel(QWidget):
         buttons.addWidget(self.lmstudio_button)
         buttons.addWidget(self.status_label, 1)
         layout.addLayout(buttons)
+        self.banner = MessageBanner(name="export_banner")
+        layout.addWidget(self.banner)
 
         self.target_combo.currentIndexChanged.connect(self._on_target_combo_changed)
         self.system_combo.currentIndexChanged.connect(self._on_system_combo_changed)
@@ -313,6 +316,7 @@ class ExportPanel(QWidget):
 
     def copy(self) -> None:
         """Put the preview on the clipboard."""
+        self.banner.hide()
         preview = self._controller.preview
         if preview is None or preview.error:
             return
@@ -321,6 +325,7 @@ class ExportPanel(QWidget):
 
     def save(self) -> None:
         """Ask for a file and write the export there atomically (asks before replacing)."""
+        self.banner.hide()
         preview = self._controller.preview
         if preview is None or preview.error:
             return
@@ -343,6 +348,7 @@ class ExportPanel(QWidget):
 
     def write_lmstudio(self) -> None:
         """Write the settings into LM Studio's per-model config, after asking."""
+        self.banner.hide()
         from app.export.lmstudio import write_lmstudio_config
 
         preview = self._controller.preview
@@ -438,4 +444,5 @@ class ExportPanel(QWidget):
         )
 
     def _show_error(self, text: str) -> None:
-        self.status_label.setText(text)
+        self.status_label.clear()
+        self.banner.show_message(text)

@@ -54,6 +54,7 @@ from app.planner import (
 )
 from app.spec import ModelSpec
 from app.speed import SpeedFactors
+from ui.desktop.banner import MessageBanner
 from ui.desktop.compare_panel import compare_options
 from ui.desktop.estimate_controller import EstimateController
 from ui.desktop.memory_view import LatestJob, SpeedController, model_file_bytes
@@ -278,16 +279,8 @@ class RecommendPanel(QWidget):
         super().__init__(parent)
         self.controller = controller
         outer = QVBoxLayout(self)
-        self.error_label = QLabel()
-        self.error_label.setObjectName("recommendError")
-        self.error_label.setWordWrap(True)
-        self.error_label.setAccessibleName("Error")
-        self.error_label.setStyleSheet(
-            "#recommendError { background: #fdecea; color: #7f1d1d; border: 1px solid #e57373;"
-            " border-radius: 4px; padding: 4px; }"
-        )
-        self.error_label.hide()
-        outer.addWidget(self.error_label)
+        self.banner = MessageBanner(name="recommend_banner")
+        outer.addWidget(self.banner)
 
         self._row = row = QBoxLayout(QBoxLayout.Direction.LeftToRight)
         form_box = QGroupBox("What matters to you")
@@ -458,7 +451,7 @@ class RecommendPanel(QWidget):
         self.min_ctx.setEnabled(longest)
 
     def _on_run_clicked(self) -> None:
-        self.error_label.hide()
+        self.banner.hide()
         self.controller.run(self.form())
 
     def _on_apply_clicked(self) -> None:
@@ -476,7 +469,7 @@ class RecommendPanel(QWidget):
             self._on_controller_finished(self.controller.outcome)
 
     def _on_controller_finished(self, outcome: RecommendOutcome) -> None:
-        self.error_label.hide()
+        self.banner.hide()
         rec = outcome.recommendation
         self.apply_label.clear()
         if rec.best is None:
@@ -492,5 +485,4 @@ class RecommendPanel(QWidget):
         self.apply_button.setEnabled(rec.best is not None)
 
     def _on_controller_failed(self, message: str) -> None:
-        self.error_label.setText(message)
-        self.error_label.show()
+        self.banner.show_message(message)

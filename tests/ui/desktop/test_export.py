@@ -84,7 +84,7 @@ def test_preview_follows_every_settings_change(
     estimates, controller, panel = make_panel(qtbot, gemma, tmp_path)
     controller.set_target("llama-server")
     for n_ctx in (4096, 8192, 1024):
-        with qtbot.waitSignal(controller.preview_changed, timeout=1000):
+        with qtbot.waitSignal(controller.preview_changed, timeout=15_000):
             estimates.update(n_ctx=n_ctx, cache_type_k="q8_0", flash_attn="on")
         text = panel.preview.toPlainText()
         assert f" -c {n_ctx} " in text
@@ -153,7 +153,7 @@ def test_save_writes_atomically_and_asks_before_overwriting(
     panel.confirm = confirm
 
     first = export_ollama(gemma.path, estimates.settings, facts=model_facts(gemma.path))
-    with qtbot.waitSignal(panel.saved, timeout=1000):
+    with qtbot.waitSignal(panel.saved, timeout=15_000):
         panel.save_button.click()
     assert target.read_text(encoding="utf-8") == first.modelfile
     assert asked == []  # a new file: nothing to ask
@@ -168,7 +168,7 @@ def test_save_writes_atomically_and_asks_before_overwriting(
     assert len(writes) == 1
 
     answers.append(True)
-    with qtbot.waitSignal(panel.saved, timeout=1000):
+    with qtbot.waitSignal(panel.saved, timeout=15_000):
         panel.save_button.click()
     second = export_ollama(gemma.path, estimates.settings, facts=model_facts(gemma.path))
     assert target.read_text(encoding="utf-8") == second.modelfile
@@ -183,8 +183,10 @@ def test_save_into_a_missing_folder_shows_the_cause(
     _estimates, _controller, panel = make_panel(qtbot, gemma, tmp_path)
     panel.ask_save_path = lambda _p, _s: str(tmp_path / "nowhere" / "x.sh")
     panel.save_button.click()
-    assert "Not saved" in panel.status_label.text()
-    assert "does not exist" in panel.status_label.text()
+    assert panel.banner.isVisibleTo(panel)
+    assert "Not saved" in panel.banner.label.text()
+    assert "does not exist" in panel.banner.label.text()
+    assert "Traceback" not in panel.banner.label.text()
 
 
 def test_write_to_lmstudio_config_confirms_and_keeps_a_backup(
@@ -218,11 +220,11 @@ def test_write_to_lmstudio_config_confirms_and_keeps_a_backup(
     assert not config.exists()  # declined: nothing written
 
     panel.confirm = lambda _p, _t, _text: True
-    with qtbot.waitSignal(panel.saved, timeout=1000):
+    with qtbot.waitSignal(panel.saved, timeout=15_000):
         panel.lmstudio_button.click()
     assert config.read_text(encoding="utf-8") == preview.lmstudio.config_json
     estimates.update(n_ctx=4096)
-    with qtbot.waitSignal(panel.saved, timeout=1000):
+    with qtbot.waitSignal(panel.saved, timeout=15_000):
         panel.lmstudio_button.click()
     backups = list(config.parent.glob(config.name + ".*.bak"))
     assert len(backups) == 1

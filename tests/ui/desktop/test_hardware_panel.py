@@ -82,7 +82,7 @@ def test_a_failed_probe_is_said_plainly(qtbot: QtBot, tmp_path: Path) -> None:
 
     _hardware, panel = make_panel(qtbot, tmp_path, probe)
     panel.detect()
-    qtbot.waitUntil(lambda: panel.detect_button.isEnabled(), timeout=5000)
+    qtbot.waitUntil(lambda: panel.detect_button.isEnabled(), timeout=15_000)
     assert panel.devices_label.text() == (
         "Could not detect this machine: /sys/class/drm: Permission denied"
     )
@@ -100,7 +100,7 @@ def test_plan_for_a_profile_changes_the_estimates_devices(
     assert before is not None
     assert [d.name for d in before.devices] == ["CPU"]
     assert panel.select_profile("rtx-3090")
-    with qtbot.waitSignal(hardware.hardware_changed, timeout=1000):
+    with qtbot.waitSignal(hardware.hardware_changed, timeout=15_000):
         panel.plan_profile_button.click()
     after = estimates.state.estimate
     assert after is not None
@@ -119,7 +119,7 @@ def test_composition_is_checked_as_typed(qtbot: QtBot, tmp_path: Path) -> None:
     panel.composition.setText("2x rtx-3090 + 64 GB DDR5")
     assert panel.plan_composition_button.isEnabled()
     assert panel.composition_feedback.text().startswith("✓ 2 × ")
-    with qtbot.waitSignal(hardware.hardware_changed, timeout=1000):
+    with qtbot.waitSignal(hardware.hardware_changed, timeout=15_000):
         panel.plan_composition_button.click()
     chosen = hardware.choice.hardware
     assert [g.name for g in chosen.gpus] == ["CUDA0", "CUDA1"]
@@ -149,7 +149,7 @@ def test_custom_profile_is_validated_saved_and_listed(qtbot: QtBot, tmp_path: Pa
     assert saved.usable_fraction.value == 0.9
     assert saved.fp16_tflops.source == "vendor spec sheet"
     assert panel.profile_model.is_custom(saved)
-    with qtbot.waitSignal(hardware.hardware_changed, timeout=1000):
+    with qtbot.waitSignal(hardware.hardware_changed, timeout=15_000):
         panel.plan_profile_button.click()  # the new profile is selected
     assert hardware.choice.hardware.gpus[0].capacity_bytes == int(48 * GIB * 0.9)
 

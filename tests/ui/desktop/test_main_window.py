@@ -86,7 +86,7 @@ def test_every_context_tick_re_estimates_and_repaints(qtbot: QtBot, window: Main
         table = window.memory_panel.table_model
         kv_row = [c.field for c in COMPONENTS].index("kv_bytes")
         assert table.index(kv_row, 0).data(Qt.ItemDataRole.UserRole) == cpu.kv_bytes
-        qtbot.waitUntil(lambda p=painted: bars.paint_count > p, timeout=2000)
+        qtbot.waitUntil(lambda p=painted: bars.paint_count > p, timeout=15_000)
         seen.add(cpu.kv_bytes)
     assert len(seen) == 4, "each context must change the KV cache"
 

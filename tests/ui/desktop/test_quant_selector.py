@@ -130,7 +130,7 @@ def test_apply_of_a_simulated_plan_selects_its_level(qtbot: QtBot, window: MainW
     model = window.estimates.model
     assert model is not None
 
-    with qtbot.waitSignal(window.estimates.quant_changed, timeout=5_000):
+    with qtbot.waitSignal(window.estimates.quant_changed, timeout=15_000):
         panel.apply_button.click()
     combo = window.settings_panel.quant_combo
     assert combo.currentData() == best.quant.name

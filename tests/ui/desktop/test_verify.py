@@ -49,7 +49,7 @@ def test_dry_run_fills_the_table_with_the_engines_numbers(
 ) -> None:
     window = open_window(qtbot, qsettings, smollm_path)
     panel = window.verify_panel
-    with qtbot.waitSignal(window.verify.running_changed, timeout=5_000) as started:
+    with qtbot.waitSignal(window.verify.running_changed, timeout=15_000) as started:
         qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
     assert started.args == [True]
     assert window.tabs.currentWidget() is panel
@@ -146,7 +146,7 @@ def test_quick_benchmark_measures_stores_and_shows_history(
     panel = window.verify_panel
     progress: list[tuple[int, str]] = []
     window.verify.progress.connect(lambda pct, label: progress.append((pct, label)))
-    with qtbot.waitSignal(window.verify.running_changed, timeout=5_000) as started:
+    with qtbot.waitSignal(window.verify.running_changed, timeout=15_000) as started:
         qtbot.mouseClick(panel.bench_button, Qt.MouseButton.LeftButton)
     assert started.args == [True]
     assert window.verify.kind == "benchmark"
