@@ -10,6 +10,9 @@ The estimate is for the open file, or for a simulated quant level of it
 (:meth:`EstimateController.set_quant`): :func:`app.quant.simulate_quant` runs once per
 (model, quant) and its spec is cached, so slider ticks re-estimate as fast as for the file.
 ``EstimateState.spec`` is the spec estimated; ``EstimateState.model`` stays the open file.
+The list of levels a model can be simulated at (every level, :func:`app.quant.simulate_all`:
+0.5 s for a 70B model's 724 tensors) is worked out on the job pool when a model opens and
+announced by ``quant_choices_changed``; the GUI thread never waits for it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from app.settings import ALL_LAYERS, RUNNERS, RunnerName, Settings, runner_defau
 from app.spec import ModelSpec
 from app.verdict import DEFAULT_MARGIN_BYTES, Verdict, verdict
 from ui.desktop.hardware import HardwareChoice
+from ui.desktop.jobs import run_job
 from ui.desktop.model_card import LoadedModel
 from ui.desktop.scales import CONTEXT_QUANTUM
 
@@ -82,6 +86,23 @@ def simulate_level(spec: ModelSpec, quant: str) -> QuantResult:
     return result
 
 
+def simulate_choices(
+    spec: ModelSpec,
+) -> tuple[tuple[QuantChoice, ...], dict[str, ModelSpec]]:
+    """Return every level ``spec`` can be simulated at but its own (big to small) and the
+    simulated spec of each (pure; runs on the job pool)."""
+    own = own_quant_name(spec)
+    choices: list[QuantChoice] = []
+    specs: dict[str, ModelSpec] = {}
+    for result in simulate_all(spec):
+        if not isinstance(result, QuantResult) or result.file_type.name == own:
+            continue
+        name = result.file_type.name
+        specs[name] = result.spec
+        choices.append(QuantChoice(name, result.needs_imatrix))
+    return tuple(choices), specs
+
+
 def max_context(spec: ModelSpec, settings: Settings) -> int:
     """Return the largest total context (tokens) that keeps each sequence within training.
 
@@ -120,11 +141,14 @@ class EstimateController(QObject):
     Signals: ``model_changed(LoadedModel)``, ``settings_changed(Settings)`` (also when a
     runner preset or the model's limits changed them), ``runner_changed(str)``,
     ``quant_changed(object)`` (the simulated quant level, None for the file itself; also
-    None after a new model), ``state_changed(EstimateState)`` after each estimate.
+    None after a new model), ``quant_choices_changed(tuple[QuantChoice, ...])`` when the
+    levels the open model can be simulated at are known (worked out on the job pool after
+    each new model), ``state_changed(EstimateState)`` after each estimate.
     """
 
     model_changed = Signal(object)
     quant_changed = Signal(object)
+    quant_choices_changed = Signal(object)
     settings_changed = Signal(object)
     runner_changed = Signal(str)
     state_changed = Signal(object)
@@ -138,6 +162,7 @@ class EstimateController(QObject):
         self._quant: str | None = None
         self._simulated: dict[tuple[str, str], ModelSpec] = {}
         self._choices: dict[str, tuple[QuantChoice, ...]] = {}
+        self._pending: set[str] = set()
         self._margin_bytes = DEFAULT_MARGIN_BYTES
         self._state = self._compute()
 
@@ -184,26 +209,44 @@ class EstimateController(QObject):
     def quant_choices(self) -> tuple[QuantChoice, ...]:
         """Every quant level the open model can be simulated at, but its own, big to small.
 
-        Runs :func:`app.quant.simulate_all` once per model and caches every spec, so a
-        later :meth:`set_quant` costs nothing.
+        Empty until the job started by :meth:`set_model` has worked them out (then
+        ``quant_choices_changed`` says so); after that a :meth:`set_quant` to any of them
+        costs nothing, their specs being cached.
         """
         model = self._model
-        if model is None:
-            return ()
-        path = model.spec.path
-        known = self._choices.get(path)
-        if known is not None:
-            return known
-        own = own_quant_name(model.spec)
-        choices: list[QuantChoice] = []
-        for result in simulate_all(model.spec):
-            if not isinstance(result, QuantResult) or result.file_type.name == own:
-                continue
-            name = result.file_type.name
-            self._simulated.setdefault((path, name), result.spec)
-            choices.append(QuantChoice(name, result.needs_imatrix))
-        self._choices[path] = tuple(choices)
-        return self._choices[path]
+        return () if model is None else self._choices.get(model.spec.path, ())
+
+    @property
+    def quant_choices_pending(self) -> bool:
+        """Whether the open model's simulated levels are still being worked out."""
+        return self._model is not None and self._model.spec.path in self._pending
+
+    def _start_quant_choices(self, spec: ModelSpec) -> None:
+        path = spec.path
+        if path in self._choices or path in self._pending:
+            return
+        self._pending.add(path)
+
+        def done(answer: tuple[tuple[QuantChoice, ...], dict[str, ModelSpec]]) -> None:
+            self._pending.discard(path)
+            current = self._model is not None and self._model.spec.path == path
+            if not current:
+                return  # another model opened meanwhile: its own job answers for it
+            choices, specs = answer
+            for name, simulated in specs.items():
+                self._simulated.setdefault((path, name), simulated)
+            self._choices[path] = choices
+            self.quant_choices_changed.emit(choices)
+
+        def failed(_error: Exception) -> None:
+            # simulate_all reports each level's refusal as a value; anything else leaves
+            # only the file itself to choose (set_quant still simulates on demand)
+            self._pending.discard(path)
+            if self._model is not None and self._model.spec.path == path:
+                self._choices[path] = ()
+                self.quant_choices_changed.emit(())
+
+        run_job(lambda: simulate_choices(spec), on_success=done, on_failure=failed, parent=self)
 
     # --- writing ---
 
@@ -214,6 +257,7 @@ class EstimateController(QObject):
         self._choices = {k: v for k, v in self._choices.items() if k == path}
         self._model = model
         self._quant = None
+        self._start_quant_choices(model.spec)
         self.model_changed.emit(model)
         self.quant_changed.emit(None)
         self._apply(self._settings)

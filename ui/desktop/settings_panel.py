@@ -51,6 +51,10 @@ _FLASH_TITLES = {"auto": "Auto", "on": "On", "off": "Off"}
 
 FILE_QUANT = ""
 """The Quantization combo's data for the open file itself (simulated levels: their name)."""
+QUANT_TOOLTIP = (
+    "Estimate the file you have, or the model simulated at another quant level "
+    "(download that GGUF or make it with llama-quantize to run it)"
+)
 
 
 def quant_title(choice: QuantChoice) -> str:
@@ -155,6 +159,7 @@ class SettingsPanel(QWidget):
         controller.model_changed.connect(self._on_controller_model_changed)
         controller.runner_changed.connect(self._on_controller_runner_changed)
         controller.quant_changed.connect(self._on_controller_quant_changed)
+        controller.quant_choices_changed.connect(lambda _c: self._fill_quant_combo())
         controller.state_changed.connect(self._on_controller_state_changed)
         hardware.local_detected.connect(self._on_hardware_local_detected)
         hardware.hardware_changed.connect(self._on_hardware_changed)
@@ -188,10 +193,7 @@ class SettingsPanel(QWidget):
         box = QGroupBox("Model file")
         form = _form(box)
         self.quant_combo = QComboBox()
-        self.quant_combo.setToolTip(
-            "Estimate the file you have, or the model simulated at another quant level "
-            "(download that GGUF or make it with llama-quantize to run it)"
-        )
+        self.quant_combo.setToolTip(QUANT_TOOLTIP)
         self.quant_combo.setEnabled(False)
         self.quant_combo.currentIndexChanged.connect(self._on_quant_combo_changed)
         form.addRow(_label("&Quantization:", self.quant_combo), self.quant_combo)
@@ -396,6 +398,11 @@ class SettingsPanel(QWidget):
             index = self.quant_combo.findData(self._controller.quant or FILE_QUANT)
             self.quant_combo.setCurrentIndex(max(0, index))
         self.quant_combo.setEnabled(True)
+        self.quant_combo.setToolTip(
+            "Working out the other quant levels (a moment for a large model)…"
+            if self._controller.quant_choices_pending
+            else QUANT_TOOLTIP
+        )
 
     def _on_controller_model_changed(self, model: LoadedModel) -> None:
         spec = model.spec

@@ -28,9 +28,46 @@ PLAN_TIMEOUT_MS = 30_000
 WEIGHTS_ROW = [c.field for c in COMPONENTS].index("weights_bytes")
 
 
+def wait_for_levels(qtbot: QtBot, window: MainWindow) -> None:
+    """Wait until the levels worked out on the job pool are in the combo."""
+    qtbot.waitUntil(
+        lambda: (
+            not window.estimates.quant_choices_pending
+            and window.settings_panel.quant_combo.count() > 1
+        ),
+        timeout=PLAN_TIMEOUT_MS,
+    )
+
+
 @pytest.fixture
 def window(qtbot: QtBot, qsettings: QSettings) -> MainWindow:
-    return make_window(qtbot, qsettings)
+    w = make_window(qtbot, qsettings)
+    wait_for_levels(qtbot, w)
+    return w
+
+
+def test_levels_are_worked_out_off_the_gui_thread(qtbot: QtBot, qsettings: QSettings) -> None:
+    w = make_window(qtbot, qsettings, open_demo=False)
+    combo = w.settings_panel.quant_combo
+    with qtbot.waitSignal(w.estimates.quant_choices_changed, timeout=PLAN_TIMEOUT_MS) as got:
+        with qtbot.waitSignal(w.models.model_loaded, timeout=LOAD_TIMEOUT_MS):
+            w.models.open_demo()
+        # the model is on screen before its levels: only the file, and a tooltip saying so
+        assert w.estimates.quant_choices_pending
+        assert combo.count() == 1
+        assert combo.toolTip().startswith("Working out the other quant levels")
+    choices = got.args[0]
+    model = w.estimates.model
+    assert model is not None
+    own = own_quant_name(model.spec)
+    assert [c.name for c in choices] == [
+        r.file_type.name
+        for r in simulate_all(model.spec)
+        if isinstance(r, QuantResult) and r.file_type.name != own
+    ]
+    assert combo.count() == 1 + len(choices)
+    assert not w.estimates.quant_choices_pending
+    assert not combo.toolTip().startswith("Working out")
 
 
 def select(window: MainWindow, quant: str) -> None:
@@ -150,6 +187,7 @@ def test_opening_another_model_resets_to_this_file(
     assert window.estimates.quant == "Q8_0"
     with qtbot.waitSignal(window.models.model_loaded, timeout=LOAD_TIMEOUT_MS):
         window.models.open_path(str(smollm_path))
+    wait_for_levels(qtbot, window)
     model = window.estimates.model
     assert model is not None
     assert model.spec.path == str(smollm_path)
