@@ -14,12 +14,16 @@ and every quant file's header read over HTTP on the pool (:func:`app.hf.list_rep
 :func:`app.hf.read_models`; nothing downloaded, headers cached on disk), then shown as one
 row per file with source "hub" (:func:`app.compare.repo_rows`, as ``ggtune compare REPO``
 prints them), following the settings on screen like the normal rows;
-:meth:`CompareController.show_model` goes back to the open model's rows.
+:meth:`CompareController.show_model` goes back to the open model's rows. The selected hub
+row can be downloaded (every shard, into the Hugging Face cache or a folder the user picks)
+with progress, Cancel and resume by :class:`ui.desktop.download.DownloadController`; its
+``finished(path)`` is what the main window opens.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, Literal
 
 from PySide6.QtCore import (
@@ -49,10 +53,12 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
+    QFileDialog,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
+    QProgressBar,
     QPushButton,
     QSizePolicy,
     QSplitter,
@@ -64,17 +70,39 @@ from PySide6.QtWidgets import (
 from app.compare import HUB_ORIGIN, compare_rows, repo_rows
 from app.errors import GGTuneError
 from app.hardware import Hardware
-from app.hf import RemoteModel, RepoListing, RepoRef, list_repo, parse_repo, read_models
+from app.hf import (
+    DownloadProgress,
+    ModelEntry,
+    RemoteModel,
+    RepoListing,
+    RepoRef,
+    hub_cache_dir,
+    list_repo,
+    parse_repo,
+    read_models,
+)
 from app.planner import COMPARE_QUANTS, QuantOption, fmt_ctx, quant_options
 from app.settings import Settings
 from app.spec import ModelSpec
 from app.speed import SpeedFactors
 from app.verdict import format_size
+from ui.desktop.download import (
+    DownloadController,
+    DownloadRequest,
+    free_bytes,
+    progress_percent,
+    progress_text,
+)
 from ui.desktop.estimate_controller import EstimateController, EstimateState
 from ui.desktop.memory_view import LatestJob, SpeedController, model_file_bytes
 from ui.desktop.model_card import describe_error
 
 ChartMetric = Literal["memory", "speed"]
+
+# The Save to box's item data: the Hugging Face cache, and the item that asks for a folder
+# (a chosen folder's item holds its path).
+_HF_CACHE: Final = ""
+_CHOOSE_FOLDER: Final = "\0choose"
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +269,7 @@ def what_to_do(row: CompareRow, spec: ModelSpec | None, repo: str | None = None)
             return f"{row.name or row.quant} of {where}: its header could not be read: {row.error}"
         return (
             f"{row.quant} is {row.name} in {where}; only its header was read. Download it "
-            f"with: ggtune hf {where} --download {row.name}"
+            f"with the Download button below, or with: ggtune hf {where} --download {row.name}"
         )
     if row.on_disk:
         return f"{row.quant} is the file you have open: nothing to download."
@@ -310,6 +338,21 @@ class CompareController(QObject):
     def repo(self) -> str | None:
         """The repo being compared (as typed), or None for the open model's quants."""
         return self._repo
+
+    def hub_entry(self, row: CompareRow) -> tuple[RepoListing, ModelEntry] | None:
+        """Return the listing and model entry behind the hub row ``row`` (all its shards),
+        or None when ``row`` is not a hub row of the repo shown or its header was not read.
+        """
+        headers = self._headers
+        if row.origin != HUB_ORIGIN or row.error or headers is None:
+            return None
+        result = self._result
+        if result is None or result.repo != headers.listing.repo_id or headers.text != self._repo:
+            return None
+        for m in headers.models:
+            if m.entry.name == row.name:
+                return headers.listing, m.entry
+        return None
 
     def compare_repo(self, text: str) -> None:
         """Compare every quant file of the Hugging Face repo ``text`` (GUI thread).
@@ -831,13 +874,74 @@ class ComparePanel(QWidget):
         self.hint_label.setAccessibleName("What to do")
         self.hint_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.hint_label)
+        layout.addWidget(self._download_row())
 
         controller.result_changed.connect(self._on_controller_result_changed)
         controller.failed.connect(self._on_controller_failed)
         controller.busy_changed.connect(self.busy_label.setVisible)
         controller.repo_changed.connect(self._on_controller_repo_changed)
+        self.downloads.running_changed.connect(self._on_downloads_running_changed)
+        self.downloads.progress.connect(self._on_downloads_progress)
+        self.downloads.finished.connect(self._on_downloads_finished)
+        self.downloads.failed.connect(self._on_downloads_failed)
+        self.downloads.cancelled.connect(self._on_downloads_cancelled)
         if controller.result is not None:
             self._on_controller_result_changed(controller.result)
+
+    def _download_row(self) -> QWidget:
+        """Build Save to, Download, the progress bar, its status and Cancel (hub rows)."""
+        self.downloads = DownloadController(self)
+        self.download_box = QWidget()
+        column = QVBoxLayout(self.download_box)
+        column.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        column.addLayout(row)
+        save_to = QLabel("Save to:")
+        row.addWidget(save_to)
+        self.save_to_box = QComboBox()
+        self.save_to_box.addItem("Hugging Face cache", _HF_CACHE)
+        self.save_to_box.addItem("Choose a folder…", _CHOOSE_FOLDER)
+        self.save_to_box.setItemData(
+            0,
+            "Where huggingface_hub keeps its files; the library lists it",
+            Qt.ItemDataRole.ToolTipRole,
+        )
+        self.save_to_box.setAccessibleName("Where to save the download")
+        self.save_to_box.setToolTip("Where the downloaded file goes")
+        self.save_to_box.activated.connect(self._on_save_to_box_activated)
+        self._save_to_index = 0
+        save_to.setBuddy(self.save_to_box)
+        row.addWidget(self.save_to_box)
+        self.download_button = QPushButton("Download")
+        self.download_button.setToolTip(
+            "Download the selected quant file (every shard) from Hugging Face, check its "
+            "sha256 and open it; an interrupted download resumes"
+        )
+        self.download_button.setEnabled(False)
+        self.download_button.clicked.connect(self._on_download_button_clicked)
+        row.addWidget(self.download_button)
+        self.download_progress = QProgressBar()
+        self.download_progress.setRange(0, 100)
+        self.download_progress.setValue(0)
+        self.download_progress.setAccessibleName("Download progress")
+        self.download_progress.hide()  # shown once a download starts
+        row.addWidget(self.download_progress, 1)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop the download; the next Download resumes it (Esc)")
+        self.cancel_button.setShortcut("Esc")
+        self.cancel_button.clicked.connect(self.downloads.cancel)
+        self.cancel_button.hide()  # shown while a download runs
+        row.addWidget(self.cancel_button)
+        row.addStretch(0)
+        # Its own line, wrapped: a long status must never widen the window.
+        self.download_status = QLabel()
+        self.download_status.setWordWrap(True)
+        self.download_status.setAccessibleName("Download status")
+        self.download_status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.download_status.hide()  # shown once a download starts
+        column.addWidget(self.download_status)
+        self.download_box.setVisible(self.controller.repo is not None)
+        return self.download_box
 
     def showEvent(self, event: QShowEvent) -> None:
         """Start working rows out when the tab becomes visible."""
@@ -860,6 +964,8 @@ class ComparePanel(QWidget):
 
     def _on_controller_repo_changed(self, repo: str | None) -> None:
         self.back_button.setVisible(repo is not None)
+        self.download_box.setVisible(repo is not None or self.downloads.running)
+        self._update_download_button()
         self.error_label.hide()
         if repo is not None:
             self.summary_label.setText(f"Reading the quant files of {repo} (headers only)…")
@@ -892,19 +998,25 @@ class ComparePanel(QWidget):
         if selected in names:
             self.table.selectRow(names.index(selected))
         self._show_hint()
+        self._update_download_button()
 
     def _on_controller_failed(self, message: str) -> None:
         self.error_label.setText(message)
         self.error_label.show()
 
     def _selected_quant(self) -> str | None:
+        row = self._selected_row()
+        return row.quant if row is not None else None
+
+    def _selected_row(self) -> CompareRow | None:
         rows = self.table.selectionModel().selectedRows()
         if not rows or rows[0].row() >= len(self.table_model.rows):
             return None
-        return self.table_model.rows[rows[0].row()].quant
+        return self.table_model.rows[rows[0].row()]
 
     def _on_table_selection_changed(self, _new: QItemSelection, _old: QItemSelection) -> None:
         self._show_hint()
+        self._update_download_button()
 
     def _show_hint(self) -> None:
         rows = self.table.selectionModel().selectedRows()
@@ -918,8 +1030,119 @@ class ComparePanel(QWidget):
         result = self.controller.result
         if chosen.origin == HUB_ORIGIN:
             repo = result.repo if result is not None else None
-            self.hint_label.setText(what_to_do(chosen, None, repo))
+            hub = self.controller.hub_entry(chosen)
+            room = f"\n{self._room_text(hub[1])}" if hub is not None else ""
+            self.hint_label.setText(what_to_do(chosen, None, repo) + room)
         elif model is None:
             self.hint_label.setText("Select a quant to see how to get it.")
         else:
             self.hint_label.setText(what_to_do(chosen, model.spec))
+
+    # --- downloading the selected hub row ---
+
+    def download_folder(self) -> Path | None:
+        """Return the folder chosen in Save to, or None for the Hugging Face cache."""
+        data = self.save_to_box.currentData()
+        return (
+            Path(data)
+            if isinstance(data, str) and data not in (_HF_CACHE, _CHOOSE_FOLDER)
+            else None
+        )
+
+    def set_download_folder(self, folder: str | None) -> None:
+        """Save downloads to ``folder`` (None: the Hugging Face cache) and say so in Save to."""
+        if folder is None:
+            index = 0
+        else:
+            index = 1
+            if self.save_to_box.itemData(1) == _CHOOSE_FOLDER:
+                self.save_to_box.insertItem(1, "", folder)
+            self.save_to_box.setItemText(1, folder)
+            self.save_to_box.setItemData(1, folder)
+            self.save_to_box.setItemData(1, folder, Qt.ItemDataRole.ToolTipRole)
+        self.save_to_box.setCurrentIndex(index)
+        self._save_to_index = index
+        self._show_hint()
+
+    def _on_save_to_box_activated(self, index: int) -> None:
+        if self.save_to_box.itemData(index) != _CHOOSE_FOLDER:
+            self._save_to_index = index
+            self._show_hint()
+            return
+        start = self.download_folder()
+        folder = QFileDialog.getExistingDirectory(
+            self, "Save the download in a folder", str(start) if start is not None else ""
+        )
+        if folder:
+            self.set_download_folder(folder)
+        else:  # the dialog was cancelled: keep the previous choice
+            self.save_to_box.setCurrentIndex(self._save_to_index)
+
+    def _room_text(self, entry: ModelEntry) -> str:
+        """Return the download's size and the free disk where it would go (one sentence)."""
+        folder = self.download_folder()
+        where = f"in {folder}" if folder is not None else "in the Hugging Face cache"
+        try:
+            free = free_bytes(folder if folder is not None else hub_cache_dir())
+        except OSError as err:
+            return (
+                f"It is {format_size(entry.size_bytes)}; the free disk {where} is unknown ({err})."
+            )
+        n = len(entry.files)
+        files = f" in {n} files" if n > 1 else ""
+        text = f"It is {format_size(entry.size_bytes)}{files}; {format_size(free)} free {where}."
+        if free < entry.size_bytes:
+            text += " Not enough room there, unless part of it is downloaded already."
+        return text
+
+    def _on_download_button_clicked(self) -> None:
+        row = self._selected_row()
+        hub = self.controller.hub_entry(row) if row is not None else None
+        if hub is None or self.downloads.running:
+            return
+        listing, entry = hub
+        self.error_label.hide()
+        self.downloads.start(DownloadRequest(listing, entry, self.download_folder()))
+
+    def _update_download_button(self) -> None:
+        row = self._selected_row()
+        ok = row is not None and self.controller.hub_entry(row) is not None
+        self.download_button.setEnabled(ok and not self.downloads.running)
+
+    def _on_downloads_running_changed(self, running: bool) -> None:
+        # Keep the keyboard on the button that matters now (read before hiding either).
+        had_focus = self.download_button.hasFocus() or self.cancel_button.hasFocus()
+        self.save_to_box.setEnabled(not running)
+        self.cancel_button.setVisible(running)
+        self.cancel_button.setEnabled(running)
+        self._update_download_button()
+        self.download_box.setVisible(running or self.controller.repo is not None)
+        if running:
+            request = self.downloads.request
+            assert request is not None, "running means a request"
+            self.download_progress.setValue(0)
+            self.download_progress.show()
+            self.download_status.show()
+            self.download_status.setText(f"Starting the download of {request.entry.name}…")
+            if had_focus:
+                self.cancel_button.setFocus()
+        elif had_focus:
+            self.download_button.setFocus()
+
+    def _on_downloads_progress(self, p: DownloadProgress) -> None:
+        self.download_progress.setValue(progress_percent(p))
+        self.download_status.setText(progress_text(p))
+
+    def _on_downloads_finished(self, path: str) -> None:
+        self.download_progress.setValue(100)
+        self.download_status.setText(f"Downloaded and checked: {path}; opening it.")
+        self.download_status.setToolTip(path)
+
+    def _on_downloads_failed(self, message: str) -> None:
+        self.download_progress.hide()
+        self.download_status.setText("Download failed.")
+        self.error_label.setText(message)
+        self.error_label.show()
+
+    def _on_downloads_cancelled(self, message: str) -> None:
+        self.download_status.setText(message)

@@ -98,6 +98,7 @@ class MainWindow(QMainWindow):
         speed = self.memory_panel.speed
         self.compare = CompareController(self.estimates, speed, self)
         self.compare_panel = ComparePanel(self.compare, self.estimates)
+        self.compare_panel.downloads.finished.connect(self._on_compare_download_finished)
         self.recommender = RecommendController(self.estimates, speed, self)
         self.recommend_panel = RecommendPanel(self.recommender)
         self.tabs.addTab(self.compare_panel, "Compare")
@@ -257,6 +258,10 @@ class MainWindow(QMainWindow):
             f"Could not open {os.path.basename(failure.path)}: {failure.message}.{keep}"
         )
 
+    def _on_compare_download_finished(self, path: str) -> None:
+        self.models.open_path(path)
+        self.models.scan_library()  # the Hugging Face cache is one of the library's stores
+
     def _on_models_busy_changed(self, busy: bool) -> None:
         if busy:
             self.statusBar().showMessage("Reading the model header…")
@@ -306,9 +311,10 @@ class MainWindow(QMainWindow):
         self._settings.sync()
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        """Save the window state and stop a dry run under way."""
+        """Save the window state and stop a dry run or a download under way."""
         self.save_window()
         self.verify.wait()
+        self.compare_panel.downloads.wait()
         super().closeEvent(event)
 
     def start(self) -> None:
