@@ -7,6 +7,9 @@ new token reads (and so the speed bound), and the KV cache layer by layer (full-
 layers keep every token, sliding-window layers only the window, recurrent layers a fixed
 summary).
 
+A catalog model (``catalog:NAME``) has no file: :func:`catalog_sections` says so where the
+words speak of "this file", and at which quant level its weights are planned.
+
 Cost: the explanation runs a few estimates (~15 ms), so it is refreshed ``DELAY_MS`` after
 the settings rest, and only while the tab is visible; a hidden tab just notes that it is
 out of date and catches up in :meth:`ExplainPanel.showEvent`.
@@ -14,6 +17,7 @@ out of date and catches up in :meth:`ExplainPanel.showEvent`.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,6 +43,7 @@ from app.explain import (
     fmt_tokens,
     sections_from_facts,
 )
+from app.planner import own_quant_name
 from app.speed import SpeedFactors
 from ui.desktop.estimate_controller import EstimateController, EstimateState
 from ui.desktop.memory_view import COMPONENTS
@@ -311,6 +316,60 @@ def layer_kinds(state: EstimateState) -> tuple[str, ...]:
     return tuple(out)
 
 
+def tokens_per_s(rate: float) -> str:
+    """Return a speed with the digits that matter: ``"42"``, ``"3.5"``, ``"0.12"``."""
+    if rate >= 10:
+        return f"{rate:.0f}"
+    if rate >= 1:
+        return f"{rate:.1f}"
+    return f"{rate:.2g}"
+
+
+def catalog_sections(
+    sections: Sequence[Section],
+    model_name: str,
+    quant: str | None,
+    converted: str,
+    bits_per_weight: float,
+) -> tuple[Section, ...]:
+    """Return ``sections`` told for a catalog model planned at ``quant`` (None: as the
+    converter writes it, ``converted``, e.g. F16, at ``bits_per_weight``): the weights step
+    says there is no file and where its numbers come from.
+    """
+    where = (
+        f"quantized to {quant}, the level picked in Settings"
+        if quant
+        else f"as converted ({converted}), before quantizing; pick a quant level in Settings "
+        "to plan the file you would download"
+    )
+    lead = (
+        f"{model_name} comes from ggtune's catalog: there is no file yet, so its weights are "
+        f"planned from the published config, {where}."
+    )
+    unquantized = (
+        f"At {converted} each weight keeps its {bits_per_weight:.0f} bits from training. "
+        "Quantizing rounds them to fewer bits, like saving a photo as a smaller JPEG: much "
+        "smaller, slightly less exact. Fewer bits mean less memory and faster writing (less "
+        "to read per token), at some cost in quality."
+    )
+    out = []
+    for section in sections:
+        if section.key == "weights":
+            rest = tuple(
+                # "This file is quantized as F16 ... 131 GiB instead of about 131 GiB" would
+                # say nothing: the weights are not quantized yet
+                unquantized
+                if quant is None and bits_per_weight >= 15.5 and p.startswith("This file is")
+                else p.replace("This file is quantized as", "Planned as", 1)
+                for p in section.paragraphs[1:]
+            )
+            section = dataclasses.replace(
+                section, paragraphs=(*section.paragraphs[:1], lead, *rest)
+            )
+        out.append(section)
+    return tuple(out)
+
+
 def sections_html(sections: Sequence[Section], pal: QPalette) -> str:
     """Return the sections as simple HTML: a heading, paragraphs, the key numbers."""
     muted = pal.color(QPalette.ColorRole.PlaceholderText).name()
@@ -433,6 +492,14 @@ class ExplainPanel(QWidget):
             return
         self.message.hide()
         self._sections = sections_from_facts(facts)
+        if state.model.is_catalog:
+            self._sections = catalog_sections(
+                self._sections,
+                state.model.card.title,
+                state.quant,
+                own_quant_name(state.model.spec),
+                facts.bits_per_weight,
+            )
         bar = self.text.verticalScrollBar()
         position = bar.value()
         self.text.setHtml(sections_html(self._sections, self.palette()))
@@ -444,7 +511,7 @@ class ExplainPanel(QWidget):
             gbs = facts.bandwidth_bytes_per_s / 1e9
             caption = (
                 f"What one new token reads: {fmt_bytes(facts.bytes_per_token_read)} "
-                f"÷ {gbs:.0f} GB/s → at most {facts.bound_tok_per_s:.0f} tokens/s"
+                f"÷ {gbs:.0f} GB/s → at most {tokens_per_s(facts.bound_tok_per_s)} tokens/s"
             )
             self.read_bar.set_bar(caption, read_segments(facts))
             self.read_bar.show()

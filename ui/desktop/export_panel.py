@@ -8,12 +8,20 @@ refusal. :class:`ExportController` re-runs it on every change of the estimate's 
 and writes files through :func:`~app.export.common.write_text_atomic`, asking before it
 replaces anything; the questions go through :attr:`ExportPanel.ask_save_path` and
 :attr:`ExportPanel.confirm`, which tests replace.
+
+A catalog model (``catalog:NAME``) has no file yet, but its settings are worth exporting
+before the download: :func:`placeholder_preview` exports them for a placeholder path such
+as ``/path/to/Llama-3.1-70B-Q4_K_M.gguf`` (named after the quant level planned) and says
+so first among the notes, so the user puts the downloaded file's path there.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +44,12 @@ from PySide6.QtWidgets import (
 from app.errors import GGTuneError
 from app.export.common import ModelFacts, write_text_atomic
 from app.export.lmstudio import LMStudioExport
+from app.planner import own_quant_name
 from app.settings import RunnerName, Settings
 from app.spec import ModelSpec
 from ui.desktop.banner import MessageBanner
 from ui.desktop.estimate_controller import RUNNER_TITLES, EstimateController, EstimateState
-from ui.desktop.model_card import describe_error
+from ui.desktop.model_card import LoadedModel, describe_error
 
 SystemName = Literal["linux", "macos", "windows"]
 SYSTEM_TITLES: Final[dict[SystemName, str]] = {
@@ -49,6 +58,8 @@ SYSTEM_TITLES: Final[dict[SystemName, str]] = {
     "windows": "Windows (PowerShell)",
 }
 TARGETS: Final[tuple[RunnerName, ...]] = ("ollama", "lmstudio", "llama-server", "llama-cpp-python")
+PLACEHOLDER_DIR: Final = "/path/to"
+"""Where a catalog model's placeholder path says the file will be."""
 
 
 def this_system() -> SystemName:
@@ -130,6 +141,95 @@ def export_preview(
         return ExportPreview(target, "", "", "", error=str(err))
 
 
+def placeholder_path(spec: ModelSpec, quant: str) -> str:
+    """Return the path that stands for a model not downloaded yet, named as GGUF files of
+    ``quant`` usually are: ``/path/to/Llama-3.1-70B-Q4_K_M.gguf``."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.name or "").strip("-.") or "model"
+    return f"{PLACEHOLDER_DIR}/{name}-{quant}.gguf"
+
+
+def placeholder_note(model_name: str, placeholder: str) -> str:
+    """Return the note that says the model path of an export is a placeholder."""
+    return (
+        f"{placeholder} is a placeholder: {model_name} is planned from ggtune's catalog and "
+        "has no file yet. Download a GGUF of it (Compare tab → a Hugging Face repo) and put "
+        "its path there."
+    )
+
+
+def placeholder_preview(
+    placeholder: str,
+    model_name: str,
+    facts: ModelFacts,
+    settings: Settings,
+    target: RunnerName,
+    system: SystemName,
+    *,
+    lmstudio_home: Path | None = None,
+) -> ExportPreview:
+    """Return the export of ``settings`` for a model with no file yet, at ``placeholder``.
+
+    The exporters write the path they are given, except Ollama's, which needs an existing
+    file (Ollama takes a missing path for a model name to pull): it gets an empty stand-in
+    file, in a folder of its own that is removed at once, and the stand-in's path is then
+    written as ``placeholder``. The first note says the path is a placeholder.
+    """
+    facts = dataclasses.replace(facts, path=placeholder)
+    if target != "ollama":
+        preview = export_preview(
+            placeholder, facts, settings, target, system, lmstudio_home=lmstudio_home
+        )
+    else:
+        with tempfile.TemporaryDirectory(prefix="ggtune-export-") as folder:
+            stand_in = Path(folder).resolve() / Path(placeholder).name
+            stand_in.touch()
+            preview = export_preview(str(stand_in), facts, settings, target, system)
+        preview = dataclasses.replace(
+            preview,
+            text=preview.text.replace(str(stand_in), placeholder),
+            file_text=preview.file_text.replace(str(stand_in), placeholder),
+            notes=tuple(n.replace(str(stand_in), placeholder) for n in preview.notes),
+            error=None
+            if preview.error is None
+            else preview.error.replace(str(stand_in), placeholder),
+        )
+    if preview.error is not None:
+        return preview
+    note = placeholder_note(model_name, placeholder)
+    return dataclasses.replace(preview, notes=(note, *preview.notes))
+
+
+def model_preview(
+    model: LoadedModel,
+    state: EstimateState,
+    target: RunnerName,
+    system: SystemName,
+    *,
+    lmstudio_home: Path | None = None,
+) -> ExportPreview:
+    """Return the export of the estimate's settings for the open model: its file, or for a
+    catalog model a placeholder path named after the quant level planned."""
+    if model.is_catalog:
+        quant = state.quant or own_quant_name(model.spec)
+        return placeholder_preview(
+            placeholder_path(model.spec, quant),
+            model.card.title,
+            facts_of(model.spec),
+            state.settings,
+            target,
+            system,
+            lmstudio_home=lmstudio_home,
+        )
+    return export_preview(
+        model.path,
+        facts_of(model.spec),
+        state.settings,
+        target,
+        system,
+        lmstudio_home=lmstudio_home,
+    )
+
+
 class ExportController(QObject):
     """Keep the export of the estimate's model and settings current (GUI thread).
 
@@ -195,13 +295,8 @@ class ExportController(QObject):
         if model is None:
             self._preview = None
         else:
-            self._preview = export_preview(
-                model.path,
-                facts_of(model.spec),
-                state.settings,
-                self._target,
-                self._system,
-                lmstudio_home=self._lmstudio_home,
+            self._preview = model_preview(
+                model, state, self._target, self._system, lmstudio_home=self._lmstudio_home
             )
         self.preview_changed.emit(self._preview)
 

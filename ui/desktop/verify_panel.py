@@ -15,6 +15,10 @@ benchmark error shows as a banner with its cause; the app stays up.
 
 The estimate compared is for *this machine* (where the engine runs), whatever hardware the
 memory view plans for.
+
+A catalog model (``catalog:NAME``, planned from its published config) has no file to run:
+the controller refuses it with :data:`~ui.desktop.model_card.CATALOG_NO_FILE` before any
+child process starts, and the panel disables both buttons and says so.
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ from runner.dry_run import DryRun
 from runner.worker import Event, StepEvent
 from ui.desktop.banner import MessageBanner
 from ui.desktop.jobs import run_job
-from ui.desktop.model_card import LoadedModel, describe_error
+from ui.desktop.model_card import CATALOG_NO_FILE, LoadedModel, describe_error, is_catalog
 from ui.desktop.scales import format_mib, format_signed_mib
 
 DRY_RUN_TIMEOUT_S: Final = 120.0
@@ -164,11 +168,15 @@ class BenchmarkOutcome:
 
 @dataclass(frozen=True, slots=True)
 class EngineFailure:
-    """A run that failed: ``cause`` (one line), llama.cpp's last log lines, and which run."""
+    """A run that failed: ``cause`` (one line), llama.cpp's last log lines, and which run.
+
+    ``no_file`` is set when nothing was run because the model is a catalog entry.
+    """
 
     cause: str
     log_tail: tuple[str, ...]
     kind: RunKind = "dry_run"
+    no_file: bool = False
 
 
 def comparison_rows(
@@ -664,6 +672,9 @@ class VerifyController(QObject):
             self.start_benchmark(model, settings, hardware)
             return
         assert self._thread is None, "one run at a time"
+        if model.is_catalog:
+            self.failed.emit(EngineFailure(CATALOG_NO_FILE, (), "dry_run", no_file=True))
+            return
         try:
             est = estimate(model.spec, settings, hardware)
             dry_run = _make_dry_run(model.path, settings, self._on_engine_event)
@@ -688,6 +699,9 @@ class VerifyController(QObject):
     ) -> None:
         """Benchmark ``model`` with ``settings`` (``plan``, default :attr:`bench_plan`)."""
         assert self._thread is None, "one run at a time"
+        if model.is_catalog:
+            self.failed.emit(EngineFailure(CATALOG_NO_FILE, (), "benchmark", no_file=True))
+            return
         try:
             est = estimate(model.spec, settings, hardware)
             job = _BenchJob(model, est, hardware, self.results_db)
@@ -727,8 +741,14 @@ class VerifyController(QObject):
         return bool(thread.wait(timeout_ms))
 
     def refresh_history(self, model_path: str) -> None:
-        """Read the stored runs of ``model_path`` on the job pool; emit ``history_changed``."""
+        """Read the stored runs of ``model_path`` on the job pool; emit ``history_changed``.
+
+        A catalog model has no file, so no runs: the history is empty at once.
+        """
         self._history_path = model_path
+        if is_catalog(model_path):
+            self.history_changed.emit(())
+            return
         db = self.results_db
 
         def query() -> tuple[str, tuple[StoredRun, ...]]:
@@ -802,6 +822,13 @@ class VerifyController(QObject):
 
 # --- the panel ----------------------------------------------------------------------------
 
+RUN_TIP: Final = "Run llama.cpp's dry run with the settings on screen (F5)"
+BENCH_TIP: Final = (
+    "Load the model on llama.cpp with the settings on screen and measure its memory, "
+    "prompt and generation speed and time to first token; the run is stored"
+)
+NOT_RUN: Final = "Not run yet."
+
 
 class VerifyPanel(QWidget):
     """The Verify tab: Dry run and Benchmark, progress, Cancel, the comparison table and the
@@ -810,6 +837,9 @@ class VerifyPanel(QWidget):
     ``request_run`` is called with no arguments when the user asks for a run; the main
     window answers by calling :meth:`VerifyController.start` with the state on screen (the
     Benchmark button first asks the controller for a benchmark, so the same request serves).
+
+    :meth:`set_model` says which model is open; the panel follows the window's
+    ``estimates.model_changed`` by itself once shown. A catalog model disables both runs.
     """
 
     def __init__(
@@ -819,6 +849,8 @@ class VerifyPanel(QWidget):
         assert callable(request_run), "request_run must be callable"
         self._controller = controller
         self._request_run = request_run
+        self._no_file = False
+        self._following: object = None  # the estimate controller whose model we follow
         layout = QVBoxLayout(self)
         intro = QLabel(
             "Ask llama.cpp itself what these settings cost on this machine. A dry run reads "
@@ -830,13 +862,10 @@ class VerifyPanel(QWidget):
         layout.addWidget(intro)
         row = QHBoxLayout()
         self.run_button = QPushButton("&Dry run on llama.cpp")
-        self.run_button.setToolTip("Run llama.cpp's dry run with the settings on screen (F5)")
+        self.run_button.setToolTip(RUN_TIP)
         self.run_button.clicked.connect(self._on_run_clicked)
         self.bench_button = QPushButton("&Benchmark (quick)")
-        self.bench_button.setToolTip(
-            "Load the model on llama.cpp with the settings on screen and measure its memory, "
-            "prompt and generation speed and time to first token; the run is stored"
-        )
+        self.bench_button.setToolTip(BENCH_TIP)
         self.bench_button.clicked.connect(self._on_bench_clicked)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setToolTip("Stop the run (Esc)")
@@ -857,7 +886,7 @@ class VerifyPanel(QWidget):
         layout.addLayout(row)
         self.banner = MessageBanner(name="verify_banner")
         layout.addWidget(self.banner)
-        self.status = QLabel("Not run yet.")
+        self.status = QLabel(NOT_RUN)
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.status)
@@ -925,17 +954,46 @@ class VerifyPanel(QWidget):
         request()
 
     def showEvent(self, event: QShowEvent) -> None:
-        """Show the history of the model on screen (read on the job pool)."""
+        """Follow the window's open model and show its history (read on the job pool)."""
         super().showEvent(event)
         estimates = getattr(self.window(), "estimates", None)
+        signal = getattr(estimates, "model_changed", None)
+        if signal is not None and self._following is not estimates:
+            signal.connect(self.set_model)  # also while shown: a model opened from the dock
+            self._following = estimates
         model = getattr(estimates, "model", None)
         if isinstance(model, LoadedModel):
+            self.set_model(model)
+
+    def set_model(self, model: LoadedModel | None) -> None:
+        """Say which model is open; while shown, read its history (on the job pool).
+
+        A catalog model has no file: nothing can run, and it has no history.
+        """
+        no_file = model is not None and model.is_catalog
+        if no_file != self._no_file:
+            self._no_file = no_file
+            tip = CATALOG_NO_FILE if no_file else None
+            self.run_button.setToolTip(tip or RUN_TIP)
+            self.bench_button.setToolTip(tip or BENCH_TIP)
+            if no_file:
+                self.banner.hide()
+                self.table_model.set_rows(())  # the last run was of another model
+                self.status.setText(CATALOG_NO_FILE)
+            elif self.status.text() == CATALOG_NO_FILE:
+                self.status.setText(NOT_RUN)
+            self._update_buttons()
+        if model is not None and self.isVisible():
             self._controller.refresh_history(model.path)
 
-    def _on_controller_running_changed(self, running: bool) -> None:
-        self.run_button.setEnabled(not running)
-        self.bench_button.setEnabled(not running)
+    def _update_buttons(self) -> None:
+        running = self._controller.running
+        self.run_button.setEnabled(not running and not self._no_file)
+        self.bench_button.setEnabled(not running and not self._no_file)
         self.cancel_button.setEnabled(running)
+
+    def _on_controller_running_changed(self, running: bool) -> None:
+        self._update_buttons()
         bench = self._controller.kind == "benchmark"
         self.progress.setRange(0, 100 if bench else (0 if running else 1))
         self.progress.setValue(0)
@@ -969,16 +1027,21 @@ class VerifyPanel(QWidget):
     def _on_controller_history_changed(self, runs: tuple[StoredRun, ...]) -> None:
         self.history_model.set_runs(runs)
         n = len(runs)
-        self.history_label.setText(
-            "Past benchmarks of this model: none yet."
-            if n == 0
-            else f"Past benchmarks of this model on any machine ({n}, newest first):"
-        )
+        if n:
+            text = f"Past benchmarks of this model on any machine ({n}, newest first):"
+        elif self._no_file:
+            text = "Past benchmarks of this model: none (a catalog model has no file)."
+        else:
+            text = "Past benchmarks of this model: none yet."
+        self.history_label.setText(text)
 
     def _on_controller_cancelled(self) -> None:
         self.status.setText("Cancelled; llama.cpp was stopped.")
 
     def _on_controller_failed(self, failure: EngineFailure) -> None:
+        if failure.no_file:  # nothing was run: say why, no dialog
+            self.status.setText(failure.cause)
+            return
         self.status.setText(f"Failed: {failure.cause}")
         if failure.kind == "benchmark":
             last = f" (llama.cpp said: {failure.log_tail[-1].strip()})" if failure.log_tail else ""
