@@ -50,6 +50,8 @@ _REPACK_AVX2: Final = frozenset(
         GGMLQuantizationType.MXFP4,
     }
 )
+REPACK_NOTE_BYTES: Final = 256 * 2**20
+"""Repacked weights counted twice (mmap on) from this size on get a note in the estimate."""
 _REPACK_AVX512_EXTRA: Final = frozenset({GGMLQuantizationType.Q2_K})
 _REPACK_NEON_I8MM: Final = frozenset(
     {
@@ -903,6 +905,15 @@ def estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryE
                 else dev_info.capacity_bytes,
                 n_layers=n_layers,
             )
+        )
+    twice = other[host_index] if settings.use_mmap else 0
+    if twice >= REPACK_NOTE_BYTES:
+        size = f"{twice / 2**30:.1f} GiB" if twice >= 2**30 else f"{twice / 2**20:.0f} MiB"
+        notes.append(
+            f"{size} of weights are repacked for this CPU (llama.cpp's CPU_REPACK buffer) "
+            "while the memory-mapped file keeps the originals, so with mmap they count "
+            f"twice; turning mmap off (llama-server --load-mode none, Ollama use_mmap "
+            f"false) saves {size} of RAM (llama.cpp issue #16761)"
         )
     if ctx.n_ctx_seq > spec.n_ctx_train > 0:
         notes.append(

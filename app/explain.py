@@ -172,6 +172,15 @@ def fmt_tokens(n: int) -> str:
     return f"{n:,} token" + ("" if n == 1 else "s")
 
 
+def _rate(tok_per_s: float) -> str:
+    """Return a speed in tokens/s with the digits that matter (0.12, 3.4, 48)."""
+    if tok_per_s >= 10:
+        return f"{tok_per_s:.0f} tokens/s"
+    if tok_per_s >= 1:
+        return f"{tok_per_s:.1f} tokens/s"
+    return f"{tok_per_s:.2g} tokens/s"
+
+
 def _num(label: str, value: float, text: str) -> KeyNumber:
     return KeyNumber(label, value, text)
 
@@ -395,6 +404,26 @@ def _layers(f: ExplainFacts) -> Section:
     )
 
 
+def _quant_paragraph(f: ExplainFacts, fp16: int) -> str:
+    if f.bits_per_weight >= 15.5:  # F16/BF16/F32: nothing rounded away yet
+        q4 = f.n_params * 4.9 / 8  # Q4_K_M's typical bits per weight (REFERENCE.md §5)
+        return (
+            f"This file keeps its weights at {f.bits_per_weight:.0f} bits ({f.quant}), as in "
+            f"training: {fmt_bytes(f.weights_file_bytes)}. Quantizing it rounds each weight "
+            f"to fewer bits, like saving a photo as a JPEG: at about 4.9 bits (Q4_K_M) it "
+            f"would be about {fmt_bytes(round(q4))}, slightly less exact. Fewer bits mean "
+            "less memory and faster writing (less to read per token), at some cost in quality."
+        )
+    return (
+        f"This file is quantized as {f.quant}: each weight is rounded to about "
+        f"{f.bits_per_weight:.1f} bits on average instead of the 16 bits used in "
+        f"training. That makes the file {fmt_bytes(f.weights_file_bytes)} instead of "
+        f"about {fmt_bytes(fp16)}, like saving a photo as a smaller JPEG: much smaller, "
+        "slightly less exact. Fewer bits mean less memory and faster writing (less to "
+        "read per token), at some cost in quality."
+    )
+
+
 def _weights(f: ExplainFacts) -> Section:
     fp16 = 2 * f.n_params
     return Section(
@@ -404,12 +433,7 @@ def _weights(f: ExplainFacts) -> Section:
             f"What the model learned is stored as {fmt_count(f.n_params)} numbers called "
             "weights (or parameters). Every token needs all of them, so they must sit in "
             "memory the whole time.",
-            f"This file is quantized as {f.quant}: each weight is rounded to about "
-            f"{f.bits_per_weight:.1f} bits on average instead of the 16 bits used in "
-            f"training. That makes the file {fmt_bytes(f.weights_file_bytes)} instead of "
-            f"about {fmt_bytes(fp16)}, like saving a photo as a smaller JPEG: much smaller, "
-            "slightly less exact. Fewer bits mean less memory and faster writing (less to "
-            "read per token), at some cost in quality.",
+            _quant_paragraph(f, fp16),
         ),
         (
             _num("Parameters", f.n_params, f"{fmt_count(f.n_params)} weights"),
@@ -590,23 +614,21 @@ def _speed(f: ExplainFacts) -> Section | None:
         f"Here, {fmt_tokens(f.depth)} into a conversation, each token reads about "
         f"{fmt_bytes(f.bytes_per_token_read)}. This memory really delivers about "
         f"{gbs:.0f} GB/s, which allows at most "
-        f"{f.bound_tok_per_s:.0f} tokens/s.",
+        f"{_rate(f.bound_tok_per_s)}.",
     ]
     numbers = [
         _num("Read per token", f.bytes_per_token_read, fmt_bytes(f.bytes_per_token_read)),
         _num("Bandwidth", f.bandwidth_bytes_per_s, f"{gbs:.0f} GB/s"),
-        _num("Speed bound", f.bound_tok_per_s, f"{f.bound_tok_per_s:.0f} tokens/s"),
+        _num("Speed bound", f.bound_tok_per_s, _rate(f.bound_tok_per_s)),
     ]
     if f.decode_tok_per_s is not None:
         paragraphs.append(
-            f"ggtune predicts about {f.decode_tok_per_s:.0f} tokens/s (everything counted). "
+            f"ggtune predicts about {_rate(f.decode_tok_per_s)} (everything counted). "
             "This is why quantization speeds writing up: fewer bits per weight, fewer bytes "
             "to read per token."
         )
         numbers.append(
-            _num(
-                "Predicted writing speed", f.decode_tok_per_s, f"{f.decode_tok_per_s:.0f} tokens/s"
-            )
+            _num("Predicted writing speed", f.decode_tok_per_s, _rate(f.decode_tok_per_s))
         )
     return Section(
         "speed", "Why memory speed sets the writing speed", tuple(paragraphs), tuple(numbers)

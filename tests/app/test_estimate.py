@@ -203,3 +203,28 @@ def test_estimate_is_fast_enough_for_a_slider(gemma: ModelSpec) -> None:
     a = estimate(gemma, Settings(n_ctx=16384), AVX2)
     b = estimate(gemma, Settings(n_ctx=16384), AVX2)
     assert a == b
+
+
+def test_repacked_weights_counted_twice_with_mmap_get_a_note_with_the_saving() -> None:
+    """On an AVX2 CPU llama.cpp repacks Q4_K weights into CPU_REPACK while the mapped file
+    keeps the originals (issue #16761): the estimate says so, and how much mmap off saves."""
+    import dataclasses
+
+    from app.catalog import catalog_header
+    from app.estimate import REPACK_NOTE_BYTES
+    from app.quant import simulate_quant
+
+    spec = simulate_quant(model_spec(catalog_header("llama-3.1-8b")), "Q4_K_M").spec
+    cpu = Hardware.cpu_only()
+    avx2 = dataclasses.replace(cpu, host=dataclasses.replace(cpu.host, cpu_flags=("avx2",)))
+    settings = runner_defaults("llama-server").replace(n_ctx=8192)
+    mapped = estimate(spec, settings, avx2)
+    copied = estimate(spec, settings.replace(use_mmap=False), avx2)
+    twice = mapped.devices[-1].total_bytes - copied.devices[-1].total_bytes
+    assert twice == mapped.devices[-1].other_bytes >= REPACK_NOTE_BYTES
+    (note,) = [n for n in mapped.notes if "repacked" in n]
+    assert note.startswith(f"{twice / 2**30:.1f} GiB of weights are repacked")
+    assert f"saves {twice / 2**30:.1f} GiB of RAM" in note
+    assert not any("repacked" in n for n in copied.notes)
+    # no repacking without the CPU features, so no note
+    assert not any("repacked" in n for n in estimate(spec, settings, cpu).notes)

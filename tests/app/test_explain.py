@@ -137,3 +137,23 @@ def test_a_quantized_cache_without_flash_attention_is_explained(gemma: ModelSpec
     assert f.compute_bytes_flash_off is None  # llama.cpp refuses a q8_0 V cache without it
     flash = _text(_section(explain_model(gemma, settings, est, HW), "flash"))
     assert "cannot run without it" in flash
+
+
+def test_speeds_keep_the_digits_that_matter() -> None:
+    from app.explain import _rate
+
+    assert _rate(48.4) == "48 tokens/s"
+    assert _rate(3.44) == "3.4 tokens/s"
+    assert _rate(0.1234) == "0.12 tokens/s"  # a 70B on a CPU: not "0 tokens/s"
+
+
+def test_an_unquantized_model_is_not_said_to_be_smaller_than_itself() -> None:
+    from app.catalog import catalog_header
+
+    spec = model_spec(catalog_header("llama-3.1-8b"))  # the catalog keeps F16 weights
+    settings = _settings(spec, 8192)
+    est = estimate(spec, settings, HW)
+    text = _text(_section(explain_model(spec, settings, est, HW), "weights"))
+    assert "keeps its weights at 16 bits" in text
+    assert "instead of about" not in text
+    assert fmt_bytes(round(spec.n_params * 4.9 / 8)) in text  # what Q4_K_M would make it

@@ -356,10 +356,9 @@ def catalog_sections(
     for section in sections:
         if section.key == "weights":
             rest = tuple(
-                # "This file is quantized as F16 ... 131 GiB instead of about 131 GiB" would
-                # say nothing: the weights are not quantized yet
+                # the weights are not quantized yet, and there is no file to speak of
                 unquantized
-                if quant is None and bits_per_weight >= 15.5 and p.startswith("This file is")
+                if quant is None and bits_per_weight >= 15.5 and p.startswith("This file")
                 else p.replace("This file is quantized as", "Planned as", 1)
                 for p in section.paragraphs[1:]
             )

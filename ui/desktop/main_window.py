@@ -247,9 +247,15 @@ class MainWindow(QMainWindow):
     def _on_models_model_loaded(self, model: LoadedModel) -> None:
         self.banner.hide()
         self.estimates.set_model(model)
-        name = "the demo model" if model.is_demo else os.path.basename(model.path)
+        if model.is_demo:
+            name = "the demo model"
+        elif model.is_catalog:
+            name = f"{model.card.title} from the catalog (plan only: no file to run)"
+        else:
+            name = os.path.basename(model.path)
         self.setWindowTitle(f"{model.card.title} — ggtune")
         self.statusBar().showMessage(f"Opened {name}", 4000)
+        self.dry_run_action.setEnabled(not model.is_catalog)
 
     def _on_models_model_failed(self, failure: ModelFailure) -> None:
         kept = self.models.current

@@ -295,6 +295,14 @@ class SettingsPanel(QWidget):
         self.ubatch.valueChanged.connect(lambda v: self._controller.update(n_ubatch=v))
         form.addRow(_label("&Batch:", self.batch), self.batch)
         form.addRow(_label("M&icro-batch:", self.ubatch), self.ubatch)
+        self.mmap = QCheckBox("Map the file i&nto memory (mmap)")
+        self.mmap.setToolTip(
+            "Read the weights straight from the file (the runners' default). Off "
+            "(llama-server --load-mode none, Ollama use_mmap false): the weights are "
+            "copied into RAM, which saves memory where llama.cpp repacks them for the CPU"
+        )
+        self.mmap.toggled.connect(lambda on: self._controller.update(use_mmap=on))
+        form.addRow("", self.mmap)
         return box
 
     def _build_hardware(self) -> QGroupBox:
@@ -392,7 +400,9 @@ class SettingsPanel(QWidget):
         own = self._controller.own_quant() or "file"
         with signals_blocked(self.quant_combo):
             self.quant_combo.clear()
-            self.quant_combo.addItem(f"{own} — this file", FILE_QUANT)
+            model = self._controller.model
+            what = "catalog spec" if model is not None and model.is_catalog else "this file"
+            self.quant_combo.addItem(f"{own} — {what}", FILE_QUANT)
             for choice in self._controller.quant_choices():
                 self.quant_combo.addItem(quant_title(choice), choice.name)
             index = self.quant_combo.findData(self._controller.quant or FILE_QUANT)
@@ -441,6 +451,7 @@ class SettingsPanel(QWidget):
             self.cpu_moe,
             self.batch,
             self.ubatch,
+            self.mmap,
         )
         with signals_blocked(*blocked):
             self.cache_k.setCurrentIndex(self.cache_k.findData(settings.cache_type_k))
@@ -455,6 +466,7 @@ class SettingsPanel(QWidget):
             self.cpu_moe.setValue(settings.n_cpu_moe)
             self.batch.setValue(settings.n_batch)
             self.ubatch.setValue(settings.n_ubatch)
+            self.mmap.setChecked(settings.use_mmap)
         self._show_gpu_layers(settings)
 
     def _show_gpu_layers(self, settings: Settings) -> None:

@@ -130,6 +130,28 @@ def test_runner_preset_sets_that_runners_defaults(window: MainWindow) -> None:
     assert window.estimates.settings == fit_settings(model.spec, runner_defaults("lmstudio"))
 
 
+def test_mmap_checkbox_follows_and_sets_the_setting(window: MainWindow) -> None:
+    """Gemma's Q4_K weights are repacked on the AVX2 test machine: with mmap the mapped file
+    keeps the originals too, so turning mmap off saves exactly the repacked bytes."""
+    panel = window.settings_panel
+    model = window.estimates.model
+    assert model is not None
+    assert panel.mmap.isChecked()
+    assert window.estimates.settings.use_mmap
+    mapped = window.estimates.state.estimate
+    assert mapped is not None
+    repacked = mapped.device("CPU").other_bytes
+    assert repacked > 0
+    panel.mmap.click()
+    settings = window.estimates.settings
+    assert not settings.use_mmap
+    copied = window.estimates.state.estimate
+    assert copied == estimate(model.spec, settings, TEST_HARDWARE)
+    assert mapped.total_bytes - copied.total_bytes == repacked
+    window.settings_panel.reset_button.click()  # the preset maps the file again
+    assert panel.mmap.isChecked()
+
+
 def test_planned_gpu_spills_layers_and_says_so(window: MainWindow) -> None:
     panel = window.settings_panel
     assert not panel.gpu_layers.isEnabled()  # no GPU on the test machine
