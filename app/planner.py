@@ -58,7 +58,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
 from app.errors import GGTuneError, SettingsError
-from app.estimate import DeviceEstimate, MemoryEstimate, estimate, place_layers
+from app.estimate import (
+    REPACK_NOTE_BYTES,
+    DeviceEstimate,
+    MemoryEstimate,
+    estimate,
+    place_layers,
+)
 from app.export.llama_server import llama_server_argv
 from app.hardware import Device, Hardware
 from app.settings import ALL_LAYERS, CacheType, Settings
@@ -1188,6 +1194,25 @@ def _versus(goal: Goal, best: Candidate, ru: Candidate, opts: Sequence[QuantOpti
     return f"{label} would give {fmt_ctx(ru.n_ctx_per_user)} at {_speed_words(ru)}"
 
 
+def mmap_saving(c: Candidate) -> int:
+    """Return the RAM that turning mmap off would save ``c``: weights llama.cpp repacks for
+    the CPU while the mapped file keeps the originals (0 when none, or mmap is off)."""
+    if not c.settings.use_mmap:
+        return 0
+    return sum(d.other_bytes for d in c.estimate.devices if d.kind == "host")
+
+
+def _mmap_words(c: Candidate) -> str:
+    saving = mmap_saving(c)
+    if saving < REPACK_NOTE_BYTES:
+        return ""
+    return (
+        f" Tip: turn mmap off (llama-server --load-mode none, Ollama use_mmap false) to save "
+        f"{fmt_gib(saving)} of RAM: llama.cpp repacks {c.quant.name}'s weights for this CPU "
+        "and the mapped file would keep the originals too."
+    )
+
+
 def explain(
     goal: Goal,
     best: Candidate,
@@ -1217,6 +1242,7 @@ def explain(
             f" Quality: KLD {best.quant.kld:.4f} vs FP16 (+{best.quant.delta_ppl or 0:.3f} PPL, "
             f"measured on {best.quant.quality_model})."
         )
+    text += _mmap_words(best)
     if goal.name == "users" and goal.min_tok_per_s is not None:
         ok = "meets" if feasible else "does NOT meet"
         text += f" It {ok} the {fmt_tps(goal.min_tok_per_s)} tok/s per user you asked for."

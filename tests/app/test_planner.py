@@ -179,6 +179,36 @@ def test_cpu_only_machine_plans_in_system_ram() -> None:
     assert tiny.why.startswith("Nothing fits")
 
 
+def test_a_plan_on_a_repacking_cpu_says_what_mmap_off_saves(
+    llama8b_quants: tuple[QuantOption, ...], rtx3060: Hardware
+) -> None:
+    """On an AVX2 CPU llama.cpp repacks Q4_K weights and the mapped file keeps the originals
+    (llama.cpp #16761): the reasons say how much RAM mmap off saves, the estimate's amount."""
+    from app.estimate import REPACK_NOTE_BYTES
+    from app.planner import mmap_saving
+
+    spec = model_spec(catalog_header("llama-3.1-8b"))
+    avx2 = Hardware.cpu_only(32 * GIB, cpu_flags=("avx2",))
+    rec = recommend(spec, avx2, Goal("fastest"), options=llama8b_quants)
+    assert rec.best is not None
+    saving = mmap_saving(rec.best)
+    host = rec.best.estimate.devices[-1]
+    assert saving == host.other_bytes >= REPACK_NOTE_BYTES
+    assert rec.best.quant.name.startswith("Q4_K")
+    off = estimate(rec.best.quant.spec, rec.best.settings.replace(use_mmap=False), avx2)
+    assert host.total_bytes - off.devices[-1].total_bytes == saving
+    assert "Tip: turn mmap off" in rec.why
+    assert f"save {saving / GIB:.1f} GiB of RAM" in rec.why
+    # without the CPU features nothing is repacked, so no tip
+    plain = recommend(spec, Hardware.cpu_only(32 * GIB), Goal("fastest"), options=llama8b_quants)
+    assert "mmap" not in plain.why
+    # everything on the GPU: nothing of the model on the CPU to repack
+    gpu = recommend(spec, rtx3060, Goal("fastest"), options=llama8b_quants)
+    assert gpu.best is not None
+    assert gpu.best.all_on_gpu
+    assert "mmap" not in gpu.why
+
+
 @pytest.mark.parametrize("ngl", [0, 10, 20, 33])
 def test_more_context_never_uses_less_memory(
     llama8b_quants: tuple[QuantOption, ...], rtx3060: Hardware, ngl: int

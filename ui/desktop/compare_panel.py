@@ -86,6 +86,7 @@ from app.settings import Settings
 from app.spec import ModelSpec
 from app.speed import SpeedFactors
 from app.verdict import format_size
+from ui.desktop.banner import MessageBanner
 from ui.desktop.download import (
     DownloadController,
     DownloadRequest,
@@ -806,16 +807,8 @@ class ComparePanel(QWidget):
         self.controller = controller
         self._estimates = estimates
         layout = QVBoxLayout(self)
-        self.error_label = QLabel()
-        self.error_label.setObjectName("compareError")
-        self.error_label.setWordWrap(True)
-        self.error_label.setAccessibleName("Error")
-        self.error_label.setStyleSheet(
-            "#compareError { background: #fdecea; color: #7f1d1d; border: 1px solid #e57373;"
-            " border-radius: 4px; padding: 4px; }"
-        )
-        self.error_label.hide()
-        layout.addWidget(self.error_label)
+        self.banner = MessageBanner(name="compare_banner")
+        layout.addWidget(self.banner)
         repo_row = QHBoxLayout()
         self.repo_edit = QLineEdit()
         self.repo_edit.setPlaceholderText("Compare a Hugging Face repo… (org/name or a URL)")
@@ -966,18 +959,17 @@ class ComparePanel(QWidget):
         self.back_button.setVisible(repo is not None)
         self.download_box.setVisible(repo is not None or self.downloads.running)
         self._update_download_button()
-        self.error_label.hide()
+        self.banner.hide()
         if repo is not None:
             self.summary_label.setText(f"Reading the quant files of {repo} (headers only)…")
 
     def _on_controller_result_changed(self, result: CompareResult) -> None:
-        self.error_label.hide()
+        self.banner.hide()
         if result.errors:
-            self.error_label.setText(
+            self.banner.show_message(
                 f"Could not read {len(result.errors)} file(s) of {result.repo}: "
                 + "; ".join(result.errors)
             )
-            self.error_label.show()
         selected = self._selected_quant()
         self.table_model.set_result(result)
         self.chart.set_rows(result.rows)
@@ -1001,8 +993,7 @@ class ComparePanel(QWidget):
         self._update_download_button()
 
     def _on_controller_failed(self, message: str) -> None:
-        self.error_label.setText(message)
-        self.error_label.show()
+        self.banner.show_message(message)
 
     def _selected_quant(self) -> str | None:
         row = self._selected_row()
@@ -1101,7 +1092,7 @@ class ComparePanel(QWidget):
         if hub is None or self.downloads.running:
             return
         listing, entry = hub
-        self.error_label.hide()
+        self.banner.hide()
         self.downloads.start(DownloadRequest(listing, entry, self.download_folder()))
 
     def _update_download_button(self) -> None:
@@ -1141,8 +1132,7 @@ class ComparePanel(QWidget):
     def _on_downloads_failed(self, message: str) -> None:
         self.download_progress.hide()
         self.download_status.setText("Download failed.")
-        self.error_label.setText(message)
-        self.error_label.show()
+        self.banner.show_message(message)
 
     def _on_downloads_cancelled(self, message: str) -> None:
         self.download_status.setText(message)

@@ -144,11 +144,11 @@ def test_compare_failure_is_a_banner_not_a_traceback(
     monkeypatch.setattr("ui.desktop.compare_panel.compare_rows", broken)
     with qtbot.waitSignal(window.compare.failed, timeout=RESULT_TIMEOUT_MS):
         window.estimates.update(n_ctx=8192)
-    label = window.compare_panel.error_label
-    assert label.isVisible()
-    assert "Could not compare the quants" in label.text()
-    assert "boom" in label.text()
-    assert "Traceback" not in label.text()
+    banner = window.compare_panel.banner
+    assert banner.isVisible()
+    assert "Could not compare the quants" in banner.label.text()
+    assert "boom" in banner.label.text()
+    assert "Traceback" not in banner.label.text()
 
 
 def test_memory_view_shows_speed_and_users(qtbot: QtBot, window: MainWindow) -> None:
@@ -244,7 +244,7 @@ def test_compare_a_repo_and_go_back(qtbot: QtBot, window: MainWindow, hub: FakeH
     assert panel.table_model.index(0, 1).data() == "hub"
     assert panel.back_button.isVisible()
     assert REPO in panel.summary_label.text()
-    assert not panel.error_label.isVisible()
+    assert not panel.banner.isVisible()
     assert hub.sent("/cdn/") < 20 * 2**20  # headers only, no download
     own = next(i for i, r in enumerate(result.rows) if r.quant == "Q4_K_M")
     panel.table.selectRow(own)
@@ -272,9 +272,9 @@ def test_repo_errors_are_a_banner(qtbot: QtBot, window: MainWindow, hub: FakeHub
     panel = window.compare_panel
     with qtbot.waitSignal(window.compare.failed, timeout=RESULT_TIMEOUT_MS):
         window.compare.compare_repo("ggtune-test/nope")
-    assert panel.error_label.isVisible()
-    assert "no such repository" in panel.error_label.text()
-    assert "Traceback" not in panel.error_label.text()
+    assert panel.banner.isVisible()
+    assert "no such repository" in panel.banner.label.text()
+    assert "Traceback" not in panel.banner.label.text()
     # a file whose header cannot be read: a row without numbers, and the banner says why
     sha = hub.repos[REPO].files["demo-Q4_1.gguf"].sha256
     hub.fail[f"/cdn/{sha}"] = (404, {})
@@ -284,8 +284,8 @@ def test_repo_errors_are_a_banner(qtbot: QtBot, window: MainWindow, hub: FakeHub
     assert result is not None
     bad = next(r for r in result.rows if r.quant == "Q4_1")
     assert bad.error
-    assert panel.error_label.isVisible()
-    assert "demo-Q4_1.gguf" in panel.error_label.text()
+    assert panel.banner.isVisible()
+    assert "demo-Q4_1.gguf" in panel.banner.label.text()
     row = result.rows.index(bad)
     assert panel.table_model.index(row, 3).data() == "?"
     qtbot.waitUntil(lambda: panel.chart.paint_count > 0, timeout=5_000)

@@ -182,7 +182,7 @@ def test_download_to_a_folder_opens_the_model(
     assert panel.download_status.text() == f"Downloaded and checked: {path}; opening it."
     assert panel.download_button.isEnabled()
     assert not panel.cancel_button.isVisible()
-    assert not panel.error_label.isVisible()
+    assert not panel.banner.isVisible()
 
 
 def test_download_into_the_hf_cache_joins_the_library(
@@ -241,7 +241,7 @@ def test_cancel_keeps_the_partial_file_and_download_resumes(
     status = panel.download_status.text()
     assert status.startswith("Download cancelled at 1.0 MiB of 93.8 MiB;")
     assert "resumes" in status
-    assert not panel.error_label.isVisible()
+    assert not panel.banner.isVisible()
     assert not panel.downloads.running
     assert panel.download_button.isEnabled()
     assert not panel.cancel_button.isVisible()
@@ -293,8 +293,8 @@ def test_download_errors_are_one_line(
     hub.clear()
     with qtbot.waitSignal(panel.downloads.failed, timeout=DOWNLOAD_TIMEOUT_MS) as failed:
         qtbot.mouseClick(panel.download_button, Qt.MouseButton.LeftButton)
-    text = panel.error_label.text()
-    assert panel.error_label.isVisible()
+    text = panel.banner.label.text()
+    assert panel.banner.isVisible()
     assert text == failed.args[0]
     assert text.startswith("Could not download: ")
     assert "\n" not in text
