@@ -23,7 +23,7 @@ from typing import Final
 from app.errors import GGTuneError
 from app.estimate import MemoryEstimate, estimate
 from app.hardware import Hardware
-from app.planner import own_quant_name
+from app.planner import fmt_tps, own_quant_name
 from app.settings import CacheType, Settings
 from app.spec import ModelSpec
 from app.speed import SpeedFactors, predict_speed, workload
@@ -174,11 +174,7 @@ def fmt_tokens(n: int) -> str:
 
 def _rate(tok_per_s: float) -> str:
     """Return a speed in tokens/s with the digits that matter (0.12, 3.4, 48)."""
-    if tok_per_s >= 10:
-        return f"{tok_per_s:.0f} tokens/s"
-    if tok_per_s >= 1:
-        return f"{tok_per_s:.1f} tokens/s"
-    return f"{tok_per_s:.2g} tokens/s"
+    return f"{fmt_tps(tok_per_s)} tokens/s"
 
 
 def _num(label: str, value: float, text: str) -> KeyNumber:

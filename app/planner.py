@@ -1102,12 +1102,12 @@ def fmt_ctx(n: int) -> str:
 
 
 def fmt_tps(x: float) -> str:
-    """Return tok/s with two significant digits below 100."""
-    if x >= 100:
-        return f"{x:.0f}"
+    """Return a speed (tokens/s) with the digits that matter: "42", "3.5", "0.12"."""
     if x >= 10:
         return f"{x:.0f}"
-    return f"{x:.1f}"
+    if x >= 1:
+        return f"{x:.1f}"
+    return f"{x:.2g}"
 
 
 def _gpu_words(hardware: Hardware) -> str:

@@ -43,7 +43,7 @@ from app.explain import (
     fmt_tokens,
     sections_from_facts,
 )
-from app.planner import own_quant_name
+from app.planner import fmt_tps, own_quant_name
 from app.speed import SpeedFactors
 from ui.desktop.estimate_controller import EstimateController, EstimateState
 from ui.desktop.memory_view import COMPONENTS
@@ -316,15 +316,6 @@ def layer_kinds(state: EstimateState) -> tuple[str, ...]:
     return tuple(out)
 
 
-def tokens_per_s(rate: float) -> str:
-    """Return a speed with the digits that matter: ``"42"``, ``"3.5"``, ``"0.12"``."""
-    if rate >= 10:
-        return f"{rate:.0f}"
-    if rate >= 1:
-        return f"{rate:.1f}"
-    return f"{rate:.2g}"
-
-
 def catalog_sections(
     sections: Sequence[Section],
     model_name: str,
@@ -510,7 +501,7 @@ class ExplainPanel(QWidget):
             gbs = facts.bandwidth_bytes_per_s / 1e9
             caption = (
                 f"What one new token reads: {fmt_bytes(facts.bytes_per_token_read)} "
-                f"÷ {gbs:.0f} GB/s → at most {tokens_per_s(facts.bound_tok_per_s)} tokens/s"
+                f"÷ {gbs:.0f} GB/s → at most {fmt_tps(facts.bound_tok_per_s)} tokens/s"
             )
             self.read_bar.set_bar(caption, read_segments(facts))
             self.read_bar.show()
