@@ -327,7 +327,7 @@ class RecommendPanel(QWidget):
         self.any_quant = QCheckBox("Also quants below Q4_K_M's quality")
         self.any_quant.setToolTip("Allow smaller, lossier quants (KL divergence above 0.031)")
         form.addRow("", self.any_quant)
-        self.only_file = QCheckBox("Only the file I have open")
+        self.only_file = QCheckBox("Only the open model's own quant")
         self.only_file.setToolTip("Do not suggest other quant levels")
         form.addRow("", self.only_file)
         buttons = QHBoxLayout()
