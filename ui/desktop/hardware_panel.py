@@ -23,10 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from PySide6.QtCore import (
-    QAbstractTableModel,
-    QModelIndex,
     QObject,
-    QPersistentModelIndex,
     Qt,
     Signal,
 )
@@ -67,6 +64,7 @@ from app.verdict import format_size
 from ui.desktop.hardware import HardwareController, describe_hardware
 from ui.desktop.jobs import run_job
 from ui.desktop.model_card import describe_error
+from ui.desktop.record_table import RIGHT, RecordTableModel
 
 ERROR_STYLE: Final = "color: #b3261e;"
 OK_STYLE: Final = "color: #1b5e20;"
@@ -189,59 +187,22 @@ def _figure_text(value: float | None, unit: str) -> str:
     return "?" if value is None else f"{value:g} {unit}"
 
 
-class ProfileTableModel(QAbstractTableModel):
+class ProfileTableModel(RecordTableModel[HardwareProfile]):
     """The hardware profiles, one per row (read-only); ``UserRole`` gives the profile."""
+
+    HEADERS = PROFILE_COLUMNS
 
     def __init__(self, parent: QObject | None = None, *, user_dir: Path | None = None) -> None:
         super().__init__(parent)
-        self._profiles: tuple[HardwareProfile, ...] = ()
         self._user_dir = user_dir
-
-    @property
-    def profiles(self) -> tuple[HardwareProfile, ...]:
-        """The profiles, in display order."""
-        return self._profiles
-
-    def set_profiles(self, profiles: tuple[HardwareProfile, ...]) -> None:
-        """Replace every row."""
-        self.beginResetModel()
-        self._profiles = profiles
-        self.endResetModel()
-
-    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        """Return the number of profiles."""
-        return 0 if parent.isValid() else len(self._profiles)
-
-    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        """Return the number of columns."""
-        return 0 if parent.isValid() else len(PROFILE_COLUMNS)
-
-    def headerData(
-        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
-    ) -> object:
-        """Return the column titles."""
-        if (
-            orientation == Qt.Orientation.Horizontal
-            and role == Qt.ItemDataRole.DisplayRole
-            and 0 <= section < len(PROFILE_COLUMNS)
-        ):
-            return PROFILE_COLUMNS[section]
-        return None
 
     def is_custom(self, profile: HardwareProfile) -> bool:
         """Whether ``profile`` comes from the user's folder rather than ggtune's."""
         return self._user_dir is not None and Path(profile.path).parent == self._user_dir
 
-    def data(
-        self,
-        index: QModelIndex | QPersistentModelIndex,
-        role: int = Qt.ItemDataRole.DisplayRole,
-    ) -> object:
+    def cell(self, record: HardwareProfile, column: int, role: int) -> object:
         """Return a cell's text, the profile (UserRole) or the figure's source (tooltip)."""
-        if not index.isValid() or not 0 <= index.row() < len(self._profiles):
-            return None
-        p = self._profiles[index.row()]
-        column = index.column()
+        p = record
         if role == Qt.ItemDataRole.UserRole:
             return p
         figures = (None, None, p.memory_gib, p.bandwidth_gb_per_s, p.usable_fraction)
@@ -255,7 +216,7 @@ class ProfileTableModel(QAbstractTableModel):
                 _figure_text(p.fp16_tflops.value, "TFLOPS"),
                 "custom" if self.is_custom(p) else "built-in",
             )
-            return texts[column] if 0 <= column < len(texts) else None
+            return texts[column]
         if role == Qt.ItemDataRole.ToolTipRole:
             if column == 0:
                 return f"{p.id}: {p.notes or p.name}"
@@ -266,7 +227,7 @@ class ProfileTableModel(QAbstractTableModel):
             figure = figures[column] if column < len(figures) else None
             return None if figure is None else figure.source
         if role == Qt.ItemDataRole.TextAlignmentRole and 2 <= column <= 5:
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            return RIGHT
         return None
 
 
@@ -509,13 +470,13 @@ class HardwarePanel(QWidget):
                 self.profiles_error.setText(f"Profiles not loaded: {builtin_err}")
                 profiles = ProfileSet({}, {})
         self._profiles = profiles
-        self.profile_model.set_profiles(tuple(profiles))
+        self.profile_model.set_rows(tuple(profiles))
         self._on_composition_text_changed(self.composition.text())
         self.profiles_loaded.emit(profiles)
 
     def select_profile(self, profile_id_: str) -> bool:
         """Select the row of ``profile_id_``; return whether it exists."""
-        for row, profile in enumerate(self.profile_model.profiles):
+        for row, profile in enumerate(self.profile_model.rows):
             if profile.id == profile_id_:
                 self.profile_table.selectRow(row)
                 return True

@@ -27,10 +27,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from PySide6.QtCore import (
-    QAbstractTableModel,
-    QModelIndex,
     QObject,
-    QPersistentModelIndex,
     Qt,
     QThread,
     Signal,
@@ -75,6 +72,7 @@ from runner.worker import Event, StepEvent
 from ui.desktop.banner import MessageBanner
 from ui.desktop.jobs import run_job
 from ui.desktop.model_card import CATALOG_NO_FILE, LoadedModel, describe_error, is_catalog
+from ui.desktop.record_table import RIGHT, RecordTableModel
 from ui.desktop.scales import format_mib, format_signed_mib
 
 DRY_RUN_TIMEOUT_S: Final = 120.0
@@ -314,7 +312,7 @@ def _speed_text(row: SpeedRow, col: int) -> str:
     return "" if pct is None else f"{pct:+.0f} %"
 
 
-class ComparisonTableModel(QAbstractTableModel):
+class ComparisonTableModel(RecordTableModel[TableRow]):
     """Rows of :class:`ComparisonRow` and :class:`SpeedRow` (read-only).
 
     Columns: component, estimate, llama.cpp, difference, measured; memory in MiB. The
@@ -322,41 +320,11 @@ class ComparisonTableModel(QAbstractTableModel):
     ``Qt.UserRole`` gives the raw numbers (bytes; tok/s or s).
     """
 
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._rows: tuple[TableRow, ...] = ()
+    HEADERS = _HEADERS
 
-    @property
-    def rows(self) -> tuple[TableRow, ...]:
-        """The rows shown."""
-        return self._rows
-
-    def set_rows(self, rows: tuple[TableRow, ...]) -> None:
-        """Show ``rows``."""
-        self.beginResetModel()
-        self._rows = rows
-        self.endResetModel()
-
-    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        """Return the number of rows."""
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        """Return 5: component, estimate, llama.cpp, difference, measured."""
-        return 0 if parent.isValid() else len(_HEADERS)
-
-    def data(
-        self,
-        index: QModelIndex | QPersistentModelIndex,
-        role: int = Qt.ItemDataRole.DisplayRole,
-    ) -> object:
+    def cell(self, record: TableRow, column: int, role: int) -> object:
         """Return the text, the raw number (UserRole) or the alignment of a cell."""
-        if not index.isValid() or not 0 <= index.row() < len(self._rows):
-            return None
-        row = self._rows[index.row()]
-        col = index.column()
-        if not 0 <= col < len(_HEADERS):
-            return None
+        row, col = record, column
         if role == Qt.ItemDataRole.DisplayRole:
             return _speed_text(row, col) if isinstance(row, SpeedRow) else _memory_text(row, col)
         if role == Qt.ItemDataRole.UserRole:
@@ -371,69 +339,24 @@ class ComparisonTableModel(QAbstractTableModel):
                 row.measured_bytes,
             )[col]
         if role == Qt.ItemDataRole.TextAlignmentRole and col > 0:
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        return None
-
-    def headerData(
-        self,
-        section: int,
-        orientation: Qt.Orientation,
-        role: int = Qt.ItemDataRole.DisplayRole,
-    ) -> object:
-        """Return the column titles."""
-        if (
-            role == Qt.ItemDataRole.DisplayRole
-            and orientation == Qt.Orientation.Horizontal
-            and 0 <= section < len(_HEADERS)
-        ):
-            return _HEADERS[section]
+            return RIGHT
         return None
 
 
 _HISTORY_HEADERS: Final = ("Date", "Plan", "Context", "pp tok/s", "tg tok/s", "TTFT", "Peak RSS")
 
 
-class HistoryTableModel(QAbstractTableModel):
+class HistoryTableModel(RecordTableModel[StoredRun]):
     """Past benchmark runs of one model (:class:`app.results_db.StoredRun`), newest first.
 
     ``Qt.UserRole`` gives the run's id in every column.
     """
 
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._runs: tuple[StoredRun, ...] = ()
+    HEADERS = _HISTORY_HEADERS
 
-    @property
-    def runs(self) -> tuple[StoredRun, ...]:
-        """The runs shown."""
-        return self._runs
-
-    def set_runs(self, runs: tuple[StoredRun, ...]) -> None:
-        """Show ``runs``."""
-        self.beginResetModel()
-        self._runs = runs
-        self.endResetModel()
-
-    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        """Return the number of runs."""
-        return 0 if parent.isValid() else len(self._runs)
-
-    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        """Return the number of columns."""
-        return 0 if parent.isValid() else len(_HISTORY_HEADERS)
-
-    def data(
-        self,
-        index: QModelIndex | QPersistentModelIndex,
-        role: int = Qt.ItemDataRole.DisplayRole,
-    ) -> object:
+    def cell(self, record: StoredRun, column: int, role: int) -> object:
         """Return the text, the run id (UserRole) or the alignment of a cell."""
-        if not index.isValid() or not 0 <= index.row() < len(self._runs):
-            return None
-        col = index.column()
-        if not 0 <= col < len(_HISTORY_HEADERS):
-            return None
-        run = self._runs[index.row()]
+        run = record
         if role == Qt.ItemDataRole.DisplayRole:
             n_ctx = run.settings.get("n_ctx")
             cells = (
@@ -445,26 +368,11 @@ class HistoryTableModel(QAbstractTableModel):
                 "—" if run.ttft_s is None else f"{run.ttft_s:.3f} s",
                 "—" if run.peak_rss_bytes is None else format_mib(run.peak_rss_bytes),
             )
-            return cells[col]
+            return cells[column]
         if role == Qt.ItemDataRole.UserRole:
             return run.id
-        if role == Qt.ItemDataRole.TextAlignmentRole and col > 1:
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        return None
-
-    def headerData(
-        self,
-        section: int,
-        orientation: Qt.Orientation,
-        role: int = Qt.ItemDataRole.DisplayRole,
-    ) -> object:
-        """Return the column titles."""
-        if (
-            role == Qt.ItemDataRole.DisplayRole
-            and orientation == Qt.Orientation.Horizontal
-            and 0 <= section < len(_HISTORY_HEADERS)
-        ):
-            return _HISTORY_HEADERS[section]
+        if role == Qt.ItemDataRole.TextAlignmentRole and column > 1:
+            return RIGHT
         return None
 
 
@@ -1025,7 +933,7 @@ class VerifyPanel(QWidget):
             self.banner.show_message(f"Benchmark done, but {outcome.store_error}.")
 
     def _on_controller_history_changed(self, runs: tuple[StoredRun, ...]) -> None:
-        self.history_model.set_runs(runs)
+        self.history_model.set_rows(runs)
         n = len(runs)
         if n:
             text = f"Past benchmarks of this model on any machine ({n}, newest first):"

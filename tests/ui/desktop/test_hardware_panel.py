@@ -49,7 +49,7 @@ def test_profile_table(qtmodeltester: ModelTester, tmp_path: Path) -> None:
     table = ProfileTableModel(user_dir=tmp_path)
     qtmodeltester.check(table)
     profiles = tuple(load_profiles([builtin_profiles_dir()]))
-    table.set_profiles(profiles)
+    table.set_rows(profiles)
     qtmodeltester.check(table)
     assert table.rowCount() == len(profiles)
     row = next(i for i, p in enumerate(profiles) if p.id == "rtx-3090")
@@ -144,7 +144,7 @@ def test_custom_profile_is_validated_saved_and_listed(qtbot: QtBot, tmp_path: Pa
     path = user_dir / "lab-gpu-48.toml"
     assert panel.editor_feedback.text().startswith(f"Saved {path}")
     assert list(user_dir.iterdir()) == [path]  # written atomically: no temporary file
-    saved = {p.id: p for p in panel.profile_model.profiles}["lab-gpu-48"]
+    saved = {p.id: p for p in panel.profile_model.rows}["lab-gpu-48"]
     assert saved.memory_gib.value == 48
     assert saved.usable_fraction.value == 0.9
     assert saved.fp16_tflops.source == "vendor spec sheet"

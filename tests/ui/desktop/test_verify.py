@@ -213,7 +213,7 @@ def test_history_lists_stored_runs_when_the_tab_opens(
             window.hardware.local or Hardware.cpu_only(),
         )
     window.tabs.setCurrentIndex(0)
-    window.verify_panel.history_model.set_runs(())
+    window.verify_panel.history_model.set_rows(())
     with qtbot.waitSignal(window.verify.history_changed, timeout=10_000) as shown:
         window.tabs.setCurrentWidget(window.verify_panel)
     assert len(shown.args[0]) == 1
