@@ -47,6 +47,7 @@ from PySide6.QtGui import (
     QResizeEvent,
 )
 from PySide6.QtWidgets import (
+    QCheckBox,
     QHeaderView,
     QLabel,
     QSizePolicy,
@@ -176,6 +177,7 @@ class MemoryBarsWidget(QWidget):
         self._margin_bytes = 0
         self._stale = False
         self._hover: tuple[int, int] | None = None  # (device row, component index)
+        self._zoomed = False
         self.paint_count = 0
         self.setMouseTracking(True)
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
@@ -194,6 +196,18 @@ class MemoryBarsWidget(QWidget):
     def stale(self) -> bool:
         """Whether the painted estimate is an old one (the settings now in force fail)."""
         return self._stale
+
+    @property
+    def zoomed(self) -> bool:
+        """Whether each bar spans the memory used rather than the device's capacity."""
+        return self._zoomed
+
+    def set_zoomed(self, zoomed: bool) -> None:
+        """Scale each bar to the memory used (a small model in a big RAM), or back."""
+        if zoomed != self._zoomed:
+            self._zoomed = zoomed
+            self._hover = None
+            self.update()
 
     def set_estimate(self, est: MemoryEstimate | None, margin_bytes: int) -> None:
         """Show ``est``; None keeps the last bars, greyed, as stale."""
@@ -229,6 +243,8 @@ class MemoryBarsWidget(QWidget):
         return QRectF(_PAD, top, max(10.0, self.width() - 2 * _PAD), _BAR_H)
 
     def _scale_bytes(self, device: DeviceEstimate) -> int:
+        if self._zoomed:  # the capacity line is drawn only where it falls on the bar
+            return max(device.total_bytes, 1)
         return max(device.capacity_bytes or 0, device.total_bytes, 1)
 
     def _segments(self, row: int, device: DeviceEstimate) -> list[tuple[int, QRectF]]:
@@ -332,6 +348,8 @@ class MemoryBarsWidget(QWidget):
             right = f"{used} of {format_size(cap)} · {format_size(cap - device.total_bytes)} free"
         else:
             right = f"{used} of {format_size(cap)} · {format_size(device.total_bytes - cap)} over"
+        if self._zoomed:
+            right = f"zoomed to {used} used · " + right.split(" · ", 1)[-1]
         baseline = rect.top() - 7
         painter.setPen(text)
         font = painter.font()
@@ -368,7 +386,7 @@ class MemoryBarsWidget(QWidget):
             painter.setOpacity(0.35 if self._stale else 1.0)
             painter.setBrush(Qt.BrushStyle.BDiagPattern)
             painter.drawRect(over)
-        if cap is not None:
+        if cap is not None and cap * per_byte <= rect.width() + 0.5:
             x_cap = rect.left() + cap * per_byte
             painter.setPen(QPen(text, 2))
             painter.drawLine(QPointF(x_cap, rect.top() - 3), QPointF(x_cap, rect.bottom() + 3))
@@ -883,6 +901,13 @@ class MemoryPanel(QWidget):
         layout.addWidget(self.speed_label)
         self.bars = MemoryBarsWidget()
         layout.addWidget(self.bars)
+        self.zoom_box = QCheckBox("Zoom the bars to the memory used")
+        self.zoom_box.setToolTip(
+            "Stretch each bar over the memory used instead of the whole device, to see "
+            "the parts of a small model; the numbers stay exact"
+        )
+        self.zoom_box.toggled.connect(self.bars.set_zoomed)
+        layout.addWidget(self.zoom_box)
         self.resolved_label = QLabel()
         self.resolved_label.setWordWrap(True)
         self.resolved_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

@@ -130,6 +130,30 @@ def test_runner_preset_sets_that_runners_defaults(window: MainWindow) -> None:
     assert window.estimates.settings == fit_settings(model.spec, runner_defaults("lmstudio"))
 
 
+def test_zoom_stretches_the_bars_over_the_memory_used(qtbot: QtBot, window: MainWindow) -> None:
+    """The demo model uses ~0.9 GiB of 32 GiB: a sliver until the bars are zoomed."""
+    bars = window.memory_panel.bars
+    est = bars.estimate
+    assert est is not None
+    (device,) = est.devices
+    assert device.capacity_bytes is not None
+    width = bars._bar_rect(0).width()
+
+    def painted_width() -> float:
+        return sum(rect.width() for _i, rect in bars._segments(0, device))
+
+    assert painted_width() == pytest.approx(width * device.total_bytes / device.capacity_bytes)
+    assert painted_width() < 0.05 * width
+    painted = bars.paint_count
+    window.memory_panel.zoom_box.click()
+    assert bars.zoomed
+    assert painted_width() == pytest.approx(width)  # every byte used spans the bar
+    qtbot.waitUntil(lambda: bars.paint_count > painted, timeout=15_000)
+    window.memory_panel.zoom_box.click()
+    assert not bars.zoomed
+    assert painted_width() < 0.05 * width
+
+
 def test_mmap_checkbox_follows_and_sets_the_setting(window: MainWindow) -> None:
     """Gemma's Q4_K weights are repacked on the AVX2 test machine: with mmap the mapped file
     keeps the originals too, so turning mmap off saves exactly the repacked bytes."""
