@@ -384,6 +384,13 @@ def _repack_types(host: Device) -> frozenset[GGMLQuantizationType]:
     return frozenset()
 
 
+def repacked_bytes(spec: ModelSpec, host: Device) -> int:
+    """Return the bytes of ``spec``'s weights llama.cpp would repack on ``host``'s CPU (into
+    CPU_REPACK) if they all sat there; with mmap the mapped file keeps a second copy."""
+    types = _repack_types(host)
+    return sum(t.n_bytes for t in spec.tensors if _is_repacked(t, types))
+
+
 def _is_repacked(t: TensorSpec, types: frozenset[GGMLQuantizationType]) -> bool:
     if not types or t.ggml_type not in types or len(t.shape) < 2 or t.shape[1] % 8:
         return False

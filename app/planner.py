@@ -64,6 +64,7 @@ from app.estimate import (
     MemoryEstimate,
     estimate,
     place_layers,
+    repacked_bytes,
 )
 from app.export.llama_server import llama_server_argv
 from app.hardware import Device, Hardware
@@ -684,8 +685,12 @@ def fit_layers(
 
 def _variants(spec: ModelSpec, hardware: Hardware, goal: Goal, users: int) -> list[Settings]:
     """Return the settings to try besides context and placement: cache types with the
-    flash-attention modes llama.cpp accepts, unified KV for several users, tensor splits."""
+    flash-attention modes llama.cpp accepts, unified KV for several users, tensor splits,
+    and mmap off where llama.cpp repacks the weights for this CPU (llama.cpp #16761: with
+    mmap the mapped file keeps the originals as well)."""
     out: list[Settings] = []
+    worth_it = repacked_bytes(spec, hardware.host) >= REPACK_NOTE_BYTES
+    mmaps = (True, False) if worth_it else (True,)
     splits: list[tuple[float, ...]] = [()]
     if len(hardware.gpus) > 1 and all(g.bandwidth_gb_per_s for g in hardware.gpus):
         by_bw = tuple(float(g.bandwidth_gb_per_s or 0) for g in hardware.gpus)
@@ -696,18 +701,20 @@ def _variants(spec: ModelSpec, hardware: Hardware, goal: Goal, users: int) -> li
         for fa in fa_modes:
             for unified in (False, True) if users > 1 else (False,):
                 for split in splits:
-                    out.append(
-                        Settings(
-                            n_ctx=DEFAULT_CTX,
-                            cache_type_k=kv,
-                            cache_type_v=kv,
-                            flash_attn=fa,
-                            n_parallel=users,
-                            kv_unified=unified,
-                            swa_full=False,
-                            tensor_split=split,
+                    for mmap in mmaps:
+                        out.append(
+                            Settings(
+                                n_ctx=DEFAULT_CTX,
+                                cache_type_k=kv,
+                                cache_type_v=kv,
+                                flash_attn=fa,
+                                n_parallel=users,
+                                kv_unified=unified,
+                                swa_full=False,
+                                tensor_split=split,
+                                use_mmap=mmap,
+                            )
                         )
-                    )
     return out
 
 
@@ -1203,13 +1210,19 @@ def mmap_saving(c: Candidate) -> int:
 
 
 def _mmap_words(c: Candidate) -> str:
-    saving = mmap_saving(c)
-    if saving < REPACK_NOTE_BYTES:
+    repacked = sum(d.other_bytes for d in c.estimate.devices if d.kind == "host")
+    if c.settings.use_mmap and repacked < REPACK_NOTE_BYTES:
         return ""
+    if c.settings.use_mmap:
+        return (
+            f" Tip: turn mmap off (llama-server --load-mode none, Ollama use_mmap false) to "
+            f"save {fmt_gib(repacked)} of RAM: llama.cpp repacks {c.quant.name}'s weights for "
+            "this CPU and the mapped file would keep the originals too."
+        )
     return (
-        f" Tip: turn mmap off (llama-server --load-mode none, Ollama use_mmap false) to save "
-        f"{fmt_gib(saving)} of RAM: llama.cpp repacks {c.quant.name}'s weights for this CPU "
-        "and the mapped file would keep the originals too."
+        f" mmap is off (llama-server --load-mode none, Ollama use_mmap false): llama.cpp "
+        f"repacks {fmt_gib(repacked)} of {c.quant.name}'s weights for this CPU, and a mapped "
+        "file would keep a second copy of them in RAM."
     )
 
 

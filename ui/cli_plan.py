@@ -442,16 +442,8 @@ def run_recommend(args: argparse.Namespace) -> int:
         return 0
     print(rec.why)
     if rec.best is not None:
-        s = rec.best.settings
-        ngl = "all" if s.n_gpu_layers < 0 else str(s.n_gpu_layers)
-        flags = (
-            f"-c {s.n_ctx} -ngl {ngl} -fa {s.flash_attn} -ctk {s.cache_type_k} "
-            f"-ctv {s.cache_type_v} -np {s.n_parallel}"
-            + (" -kvu" if s.kv_unified else "")
-            + (f" -ncmoe {s.n_cpu_moe}" if s.n_cpu_moe else "")
-            + (f" -ts {','.join(f'{x:g}' for x in s.tensor_split)}" if s.tensor_split else "")
-        )
-        print(f"\nllama-server flags: {flags}")
+        # the exporter's own command line: every setting, --load-mode none included
+        print(f"\nllama-server command: {shlex.join(_server_argv(args, rec))}")
         print(f"speed: {rec.best.speed.factors_source}")
         _print_draft_rpc(args, rec)
     return 0 if rec.best is not None else 1

@@ -3,6 +3,7 @@ estimator and written down with its reasoning; monotonicity the binary searches 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -16,10 +17,12 @@ from app.planner import (
     Goal,
     PlanError,
     QuantOption,
+    explain,
     fit_layers,
     max_users,
     quant_options,
     recommend,
+    server_argv,
 )
 from app.settings import Settings
 from app.spec import ModelSpec, model_spec
@@ -179,34 +182,74 @@ def test_cpu_only_machine_plans_in_system_ram() -> None:
     assert tiny.why.startswith("Nothing fits")
 
 
-def test_a_plan_on_a_repacking_cpu_says_what_mmap_off_saves(
+def test_a_plan_on_a_repacking_cpu_turns_mmap_off_and_says_why(
     llama8b_quants: tuple[QuantOption, ...], rtx3060: Hardware
 ) -> None:
-    """On an AVX2 CPU llama.cpp repacks Q4_K weights and the mapped file keeps the originals
-    (llama.cpp #16761): the reasons say how much RAM mmap off saves, the estimate's amount."""
+    """On an AVX2 CPU llama.cpp repacks Q4_K weights and, with mmap, the mapped file keeps
+    the originals too (llama.cpp #16761): the same plan without mmap needs that much less
+    RAM, so it wins, and the reasons say why."""
     from app.estimate import REPACK_NOTE_BYTES
     from app.planner import mmap_saving
 
     spec = model_spec(catalog_header("llama-3.1-8b"))
     avx2 = Hardware.cpu_only(32 * GIB, cpu_flags=("avx2",))
     rec = recommend(spec, avx2, Goal("fastest"), options=llama8b_quants)
-    assert rec.best is not None
-    saving = mmap_saving(rec.best)
-    host = rec.best.estimate.devices[-1]
-    assert saving == host.other_bytes >= REPACK_NOTE_BYTES
-    assert rec.best.quant.name.startswith("Q4_K")
-    off = estimate(rec.best.quant.spec, rec.best.settings.replace(use_mmap=False), avx2)
-    assert host.total_bytes - off.devices[-1].total_bytes == saving
-    assert "Tip: turn mmap off" in rec.why
-    assert f"save {saving / GIB:.1f} GiB of RAM" in rec.why
-    # without the CPU features nothing is repacked, so no tip
+    best = rec.best
+    assert best is not None
+    assert best.quant.name.startswith("Q4_K")
+    assert not best.settings.use_mmap
+    assert mmap_saving(best) == 0
+    repacked = best.estimate.devices[-1].other_bytes
+    assert repacked >= REPACK_NOTE_BYTES
+    mapped = estimate(best.quant.spec, best.settings.replace(use_mmap=True), avx2)
+    assert mapped.devices[-1].total_bytes - best.estimate.devices[-1].total_bytes == repacked
+    assert "mmap is off (llama-server --load-mode none" in rec.why
+    assert f"repacks {repacked / GIB:.1f} GiB of {best.quant.name}'s weights" in rec.why
+    argv = server_argv("/models/llama-3.1-8b-Q4_K_M.gguf", rec)
+    assert argv[argv.index("--load-mode") + 1] == "none"
+    # a plan kept with mmap on says what turning it off would save
+    kept = dataclasses.replace(best, settings=best.settings.replace(use_mmap=True), estimate=mapped)
+    assert mmap_saving(kept) == repacked
+    assert f"save {repacked / GIB:.1f} GiB of RAM" in explain(Goal("fastest"), kept, None, avx2)
+    # without the CPU features nothing is repacked: mmap stays on, nothing said
     plain = recommend(spec, Hardware.cpu_only(32 * GIB), Goal("fastest"), options=llama8b_quants)
+    assert plain.best is not None
+    assert plain.best.settings.use_mmap
     assert "mmap" not in plain.why
     # everything on the GPU: nothing of the model on the CPU to repack
     gpu = recommend(spec, rtx3060, Goal("fastest"), options=llama8b_quants)
     assert gpu.best is not None
     assert gpu.best.all_on_gpu
+    assert gpu.best.settings.use_mmap
     assert "mmap" not in gpu.why
+
+
+def test_mmap_off_buys_a_longer_context_on_a_small_repacking_cpu(
+    llama8b_quants: tuple[QuantOption, ...],
+) -> None:
+    """16 GiB, AVX2: Q4_K_M's repacked copy costs ~3 GiB with mmap; without it the cache
+    gets that room, so the longest context is planned with mmap off."""
+    spec = model_spec(catalog_header("llama-3.1-8b"))
+    avx2 = Hardware.cpu_only(16 * GIB, cpu_flags=("avx2",))
+    q4 = [o for o in llama8b_quants if o.name == "Q4_K_M"]
+    rec = recommend(spec, avx2, Goal("longest-context"), options=q4)
+    assert rec.best is not None
+    assert not rec.best.settings.use_mmap
+    # the same context with mmap on would not fit: the mapped file keeps a second copy
+    mapped = estimate(q4[0].spec, rec.best.settings.replace(use_mmap=True), avx2)
+    host = mapped.devices[-1]
+    assert host.capacity_bytes is not None
+    assert host.total_bytes > host.capacity_bytes - DEFAULT_MARGIN_BYTES
+    on = recommend(
+        spec,
+        dataclasses.replace(avx2, host=dataclasses.replace(avx2.host, cpu_flags=())),
+        Goal("longest-context"),
+        options=q4,
+    )
+    assert on.best is not None
+    # the same quant without repacking (no CPU features) reaches the same context: the
+    # repacked copy is what mmap off gives back, not more
+    assert rec.best.n_ctx_per_user == on.best.n_ctx_per_user
 
 
 @pytest.mark.parametrize("ngl", [0, 10, 20, 33])

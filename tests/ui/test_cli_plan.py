@@ -60,7 +60,7 @@ def test_recommend_says_why_with_the_runner_up(capsys: pytest.CaptureFixture[str
                 "--profile", "rtx-3060-12g", "--ram", "64"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert out.startswith("Longest context:")
-    assert "llama-server flags: -c " in out
+    assert "llama-server command: llama-server -m catalog:llama-3.1-8b -c " in out
 
 
 def test_plan_answers_how_many_users_fit(capsys: pytest.CaptureFixture[str]) -> None:
