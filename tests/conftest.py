@@ -58,7 +58,8 @@ def hub(
     """Run the fake hub (tests/fake_hub.py) on loopback and point HF_ENDPOINT at it.
 
     It serves a repo of the demo models and the split model, plus the plain files
-    /files/gemma.gguf and /files/smollm.gguf; every cache and token goes to tmp_path.
+    /files/gemma.gguf and /files/smollm.gguf; every cache, token and config file goes to
+    tmp_path.
     """
     fake = make_hub(gemma_path, smollm_path, split_shards)
     fake.plain["gemma.gguf"] = Served(gemma_path, GEMMA.sha256, GEMMA.size_bytes)
@@ -66,6 +67,7 @@ def hub(
     with running(fake):
         monkeypatch.setenv("HF_ENDPOINT", fake.endpoint)
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # library folders
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
         for name in ("HF_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH"):
             monkeypatch.delenv(name, raising=False)

@@ -266,7 +266,11 @@ class MainWindow(QMainWindow):
 
     def _on_compare_download_finished(self, path: str) -> None:
         self.models.open_path(path)
-        self.models.scan_library()  # the Hugging Face cache is one of the library's stores
+        folder = self.compare_panel.download_folder()
+        if folder is None:
+            self.models.scan_library()  # the Hugging Face cache is one of the library's stores
+        else:  # a folder the user chose joins the library, as Add folder… does
+            self.models.add_library_folder(str(folder))
 
     def _on_models_busy_changed(self, busy: bool) -> None:
         if busy:

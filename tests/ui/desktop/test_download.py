@@ -28,6 +28,7 @@ from pytestqt.qtbot import QtBot
 import ui.desktop.download
 from app.demo_models import SMOLLM
 from app.hf import DownloadProgress, ModelEntry, RepoListing
+from app.library import user_folders
 from tests.fake_hub import COMMIT, REPO, FakeHub, Served
 from tests.ui.desktop.test_main_window import make_window
 from ui.desktop.compare_panel import ComparePanel, CompareRow
@@ -183,6 +184,14 @@ def test_download_to_a_folder_opens_the_model(
     assert panel.download_button.isEnabled()
     assert not panel.cancel_button.isVisible()
     assert not panel.banner.isVisible()
+
+    def listed() -> None:  # the chosen folder joined the library, as Add folder… does
+        library = window.models.library
+        assert library is not None
+        assert [e.path for e in library.entries if e.source == "folder"] == [str(path)]
+
+    qtbot.waitUntil(listed, timeout=DOWNLOAD_TIMEOUT_MS)
+    assert user_folders() == (folder,)
 
 
 def test_download_into_the_hf_cache_joins_the_library(
