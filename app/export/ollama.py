@@ -541,10 +541,15 @@ def _suggest_name(model: str, facts: ModelFacts | None) -> str:
     return f"{slug[:80]}:ggtune"
 
 
-def _resolve_model(model: str | os.PathLike[str], *, base_dir: Path | None) -> tuple[str, bool]:
+def _resolve_model(
+    model: str | os.PathLike[str], *, base_dir: Path | None, placeholder: bool = False
+) -> tuple[str, bool]:
     """Return (FROM value, is_local_file); a path-like model must exist (parser.go: a
-    missing path is silently taken as a model name to pull)."""
+    missing path is silently taken as a model name to pull) unless it is a
+    ``placeholder`` the user fills in, written as it is."""
     text = os.fspath(model)
+    if placeholder:
+        return text, True
     looks_like_path = (
         isinstance(model, os.PathLike)
         or text.lower().endswith(".gguf")
@@ -578,18 +583,21 @@ def export_ollama(
     stop: Sequence[str] = (),
     gpu_overhead_bytes: int | None = None,
     base_dir: Path | None = None,
+    placeholder: bool = False,
 ) -> OllamaExport:
     """Return the Modelfile and server settings that make Ollama run ``settings``.
 
     ``model`` is a local GGUF (it must exist; written as an absolute path) or the name of
-    a model already in Ollama. ``facts`` (from :func:`~app.export.common.model_facts`)
-    resolve a context of 0 and cap the context at the training length. ``draft`` is a
+    a model already in Ollama; with ``placeholder`` it is a path written as it is, for a
+    model not downloaded yet (the user puts the real path there). ``facts`` (from
+    :func:`~app.export.common.model_facts`) resolve a context of 0 and cap the context at
+    the training length. ``draft`` is a
     local GGUF for speculative decoding (DRAFT; it must exist and differ from the model).
     Raise :class:`~app.errors.ExportError` for what Ollama cannot run at all: a KV type
     other than f16/q8_0/q4_0, different K and V types, a quantized cache without flash
     attention.
     """
-    from_value, local = _resolve_model(model, base_dir=base_dir)
+    from_value, local = _resolve_model(model, base_dir=base_dir, placeholder=placeholder)
     notes: list[str] = []
     s = settings
     if s.cache_type_k != s.cache_type_v:
@@ -650,7 +658,7 @@ def export_ollama(
         draft_value, draft_local = _resolve_model(draft, base_dir=base_dir)
         if not draft_local:
             raise ExportError(f"{draft}: DRAFT must be a local GGUF file (parser.go)")
-        if local and os.path.samefile(draft_value, from_value):
+        if local and not placeholder and os.path.samefile(draft_value, from_value):
             raise ExportError("DRAFT must not be the same file as FROM (parser.go)")
         commands.append(ModelfileCommand("draft", draft_value))
     params: list[tuple[str, str]] = [

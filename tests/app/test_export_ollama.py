@@ -144,6 +144,16 @@ def test_from_path_must_exist(tmp_path: Path) -> None:
         export_ollama(tmp_path / "missing.gguf", Settings(n_ctx=4096))
 
 
+def test_a_placeholder_path_is_written_as_it_is(tmp_path: Path) -> None:
+    """A model not downloaded yet (a catalog plan): the path the user will fill in."""
+    placeholder = "/path/to/Llama-3.1-70B-Q4_K_M.gguf"
+    out = export_ollama(placeholder, Settings(n_ctx=4096), placeholder=True)
+    assert out.commands[0] == C("model", placeholder)
+    assert f"FROM {placeholder}" in out.modelfile.splitlines()
+    with pytest.raises(ExportError, match="no such file"):  # without the flag: refused
+        export_ollama(placeholder, Settings(n_ctx=4096))
+
+
 def test_from_an_ollama_model_name() -> None:
     out = export_ollama("qwen3:8b", Settings(n_ctx=4096))
     assert out.commands[0] == C("model", "qwen3:8b")

@@ -21,7 +21,6 @@ import dataclasses
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,16 +108,18 @@ def export_preview(
     system: SystemName,
     *,
     lmstudio_home: Path | None = None,
+    placeholder: bool = False,
 ) -> ExportPreview:
     """Return the export of ``settings`` for ``target`` (pure; the CLI's calls, same output).
 
+    ``placeholder``: ``path`` stands for a model not downloaded yet (written as it is).
     Never raises for what the exporters refuse: the refusal is ``error``.
     """
     try:
         if target == "ollama":
             from app.export.ollama import export_ollama
 
-            out = export_ollama(path, settings, facts=facts)
+            out = export_ollama(path, settings, facts=facts, placeholder=placeholder)
             return ExportPreview(target, out.render(system), out.modelfile, "Modelfile", out.notes)
         if target == "lmstudio":
             from app.export.lmstudio import export_lmstudio
@@ -167,32 +168,18 @@ def placeholder_preview(
     *,
     lmstudio_home: Path | None = None,
 ) -> ExportPreview:
-    """Return the export of ``settings`` for a model with no file yet, at ``placeholder``.
-
-    The exporters write the path they are given, except Ollama's, which needs an existing
-    file (Ollama takes a missing path for a model name to pull): it gets an empty stand-in
-    file, in a folder of its own that is removed at once, and the stand-in's path is then
-    written as ``placeholder``. The first note says the path is a placeholder.
-    """
+    """Return the export of ``settings`` for a model with no file yet, at ``placeholder``
+    (written as it is; the first note says it is a placeholder)."""
     facts = dataclasses.replace(facts, path=placeholder)
-    if target != "ollama":
-        preview = export_preview(
-            placeholder, facts, settings, target, system, lmstudio_home=lmstudio_home
-        )
-    else:
-        with tempfile.TemporaryDirectory(prefix="ggtune-export-") as folder:
-            stand_in = Path(folder).resolve() / Path(placeholder).name
-            stand_in.touch()
-            preview = export_preview(str(stand_in), facts, settings, target, system)
-        preview = dataclasses.replace(
-            preview,
-            text=preview.text.replace(str(stand_in), placeholder),
-            file_text=preview.file_text.replace(str(stand_in), placeholder),
-            notes=tuple(n.replace(str(stand_in), placeholder) for n in preview.notes),
-            error=None
-            if preview.error is None
-            else preview.error.replace(str(stand_in), placeholder),
-        )
+    preview = export_preview(
+        placeholder,
+        facts,
+        settings,
+        target,
+        system,
+        lmstudio_home=lmstudio_home,
+        placeholder=True,
+    )
     if preview.error is not None:
         return preview
     note = placeholder_note(model_name, placeholder)
