@@ -673,7 +673,8 @@ def _complete(target: _Target) -> bool:
         return False
 
 
-def _free_bytes(folder: Path) -> int:
+def free_bytes(folder: Path) -> int:
+    """Return the free bytes of the disk ``folder`` is on (or would be, once created)."""
     probe = folder
     while not probe.exists() and probe.parent != probe:
         probe = probe.parent
@@ -715,7 +716,7 @@ def download(
             have = t.partial.stat().st_size if t.partial.exists() else 0
             need += max(t.file.size_bytes - have, 0)
     folder = targets[0].final.parent
-    free = _free_bytes(folder)
+    free = free_bytes(folder)
     if need > free:
         raise DownloadError(
             listing.url(entry.files[0]),

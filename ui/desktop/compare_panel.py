@@ -76,12 +76,13 @@ from app.hf import (
     RemoteModel,
     RepoListing,
     RepoRef,
+    free_bytes,
     hub_cache_dir,
     list_repo,
     parse_repo,
     read_models,
 )
-from app.planner import COMPARE_QUANTS, QuantOption, fmt_ctx, quant_options
+from app.planner import COMPARE_QUANTS, QuantOption, fmt_ctx, fmt_tps, quant_options
 from app.settings import Settings
 from app.spec import ModelSpec
 from app.speed import SpeedFactors
@@ -90,7 +91,6 @@ from ui.desktop.banner import MessageBanner
 from ui.desktop.download import (
     DownloadController,
     DownloadRequest,
-    free_bytes,
     progress_percent,
     progress_text,
 )
@@ -550,9 +550,9 @@ class CompareTableModel(QAbstractTableModel):
         if kind == "Fits":
             return row.fits_text, row.fits
         if kind == "Writing tok/s":
-            return f"{row.decode_tok_per_s:.1f}", row.decode_tok_per_s
+            return fmt_tps(row.decode_tok_per_s), row.decode_tok_per_s
         if kind == "Reading tok/s":
-            return f"{row.prefill_tok_per_s:.0f}", row.prefill_tok_per_s
+            return fmt_tps(row.prefill_tok_per_s), row.prefill_tok_per_s
         return row.quality_text, row.kld if row.kld is not None else row.kld_nearest
 
     def data(
@@ -665,7 +665,7 @@ class CompareChartWidget(QWidget):
         self._rows = rows
         self.setAccessibleDescription(
             "; ".join(
-                f"{r.quant}: {format_size(r.total_bytes)}, {r.decode_tok_per_s:.1f} tok/s"
+                f"{r.quant}: {format_size(r.total_bytes)}, {fmt_tps(r.decode_tok_per_s)} tok/s"
                 for r in rows
             )
         )
@@ -766,7 +766,7 @@ class CompareChartWidget(QWidget):
             elif self._metric == "memory":
                 label = format_size(row.total_bytes)
             else:
-                label = f"{row.decode_tok_per_s:.1f} tok/s"
+                label = f"{fmt_tps(row.decode_tok_per_s)} tok/s"
             painter.setPen(text)
             painter.drawText(QPointF(left + w + 6, y + _BAR_H - 4), label)
         font = painter.font()

@@ -11,14 +11,13 @@ A download is the one long job on the pool: while it runs it hands its pool slot
 (``QThreadPool.releaseThread``, Qt's documented way for a job that mostly waits), so the
 short jobs of the other tabs never queue behind it.
 
-The pure helpers (:func:`progress_text`, :func:`format_eta`, :func:`free_bytes`) make the
-words the Compare tab shows.
+The pure helpers (:func:`progress_text`, :func:`format_eta`) make the words the Compare tab
+shows (the free disk comes from :func:`app.hf.free_bytes`, the check the download makes).
 """
 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,14 +64,6 @@ def progress_percent(p: DownloadProgress) -> int:
     if p.total_bytes <= 0:
         return 100
     return min(100, p.done_bytes * 100 // p.total_bytes)
-
-
-def free_bytes(folder: Path) -> int:
-    """Return the free bytes of the disk ``folder`` is (or would be created) on."""
-    probe = folder
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    return shutil.disk_usage(probe).free
 
 
 @dataclass(frozen=True, slots=True)
