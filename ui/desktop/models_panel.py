@@ -243,23 +243,32 @@ class LibraryTreeModel(QStandardItemModel):
             self.removeRow(self.rowCount() - 1)
         self._catalog = catalog
         if catalog:
-            self.appendRow(_group_item(CATALOG_TITLE, catalog))
+            self.appendRow(
+                _group_item(
+                    CATALOG_TITLE,
+                    catalog,
+                    count=sum(1 for i in catalog if isinstance(i, CatalogSummary)),
+                    tooltip="Plan without downloading: popular models as published. Open one "
+                    "to see what it needs at each quant level before you download it.",
+                    search=f"{CATALOG_TITLE}\nplan without downloading",
+                )
+            )
 
 
-def _group_item(title: str, items: tuple[LibraryItem, ...]) -> QStandardItem:
-    if title == CATALOG_TITLE:  # count models, not why the catalog did not load
-        count = sum(1 for i in items if isinstance(i, CatalogSummary))
-    else:
-        count = len(items)
-    group = QStandardItem(f"{title} ({count})")
-    group.setData(title, SEARCH_ROLE)
+def _group_item(
+    title: str,
+    items: tuple[LibraryItem, ...],
+    *,
+    count: int | None = None,
+    tooltip: str | None = None,
+    search: str | None = None,
+) -> QStandardItem:
+    """Return a group row titled ``title`` (``count`` entries, default all) with ``items``."""
+    group = QStandardItem(f"{title} ({len(items) if count is None else count})")
+    group.setData(search or title, SEARCH_ROLE)
     group.setFlags(Qt.ItemFlag.ItemIsEnabled)
-    if title == CATALOG_TITLE:
-        group.setToolTip(
-            "Plan without downloading: popular models as published. Open one to see what it "
-            "needs at each quant level before you download it."
-        )
-        group.setData(f"{title}\nplan without downloading", SEARCH_ROLE)
+    if tooltip is not None:
+        group.setToolTip(tooltip)
     for item in items:
         group.appendRow(_library_item(item))
     return group
