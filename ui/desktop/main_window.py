@@ -93,6 +93,7 @@ class MainWindow(QMainWindow):
         self.tabs.setDocumentMode(True)
         self.memory_panel = MemoryPanel(self.estimates)
         self.verify_panel = VerifyPanel(self.verify, self.start_dry_run)
+        self.estimates.model_changed.connect(self.verify_panel.set_model)
         self.tabs.addTab(self.memory_panel, "Memory")
         self.tabs.addTab(self.verify_panel, "Verify")
         speed = self.memory_panel.speed

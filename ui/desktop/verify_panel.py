@@ -746,8 +746,8 @@ class VerifyPanel(QWidget):
     window answers by calling :meth:`VerifyController.start` with the state on screen (the
     Benchmark button first asks the controller for a benchmark, so the same request serves).
 
-    :meth:`set_model` says which model is open; the panel follows the window's
-    ``estimates.model_changed`` by itself once shown. A catalog model disables both runs.
+    :meth:`set_model` says which model is open (the main window connects its
+    ``estimates.model_changed`` to it). A catalog model disables both runs.
     """
 
     def __init__(
@@ -758,7 +758,6 @@ class VerifyPanel(QWidget):
         self._controller = controller
         self._request_run = request_run
         self._no_file = False
-        self._following: object = None  # the estimate controller whose model we follow
         layout = QVBoxLayout(self)
         intro = QLabel(
             "Ask llama.cpp itself what these settings cost on this machine. A dry run reads "
@@ -862,13 +861,9 @@ class VerifyPanel(QWidget):
         request()
 
     def showEvent(self, event: QShowEvent) -> None:
-        """Follow the window's open model and show its history (read on the job pool)."""
+        """Show the history of the model on screen (read on the job pool)."""
         super().showEvent(event)
         estimates = getattr(self.window(), "estimates", None)
-        signal = getattr(estimates, "model_changed", None)
-        if signal is not None and self._following is not estimates:
-            signal.connect(self.set_model)  # also while shown: a model opened from the dock
-            self._following = estimates
         model = getattr(estimates, "model", None)
         if isinstance(model, LoadedModel):
             self.set_model(model)
