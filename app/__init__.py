@@ -1,6 +1,22 @@
 """ggtune's core: pure, typed Python (no Qt, no llama_cpp).
 
-Data flows one way: GGUF bytes -> :func:`app.gguf_reader.read_header` -> :class:`app.spec.ModelSpec`
--> :func:`app.estimate.estimate` (with :class:`app.settings.Settings` and
-:class:`app.hardware.Hardware`) -> :class:`app.estimate.MemoryEstimate`.
+Data flows one way: GGUF bytes -> :func:`app.model.gguf_reader.read_header` ->
+:class:`app.model.spec.ModelSpec` -> :func:`app.predict.estimate.estimate` (with
+:class:`app.settings.Settings` and :class:`app.hardware.devices.Hardware`) ->
+:class:`app.predict.estimate.MemoryEstimate`.
+
+The packages, lowest first (an import-linter ``layers`` contract in pyproject.toml holds
+the order: a package imports only those below it):
+
+- :mod:`app.errors`, :mod:`app.paths`, :mod:`app.settings`: the typed errors, where data
+  files are, the run settings in llama.cpp's terms.
+- :mod:`app.model` and :mod:`app.hardware` (independent of each other): what a model is
+  (GGUF header, spec, catalog, quant levels, quality) and what it runs on (devices,
+  profiles, the probe of this machine).
+- :mod:`app.predict`: memory estimate, speed model, verdict.
+- :mod:`app.export`: settings in each runner's format.
+- :mod:`app.sources`: where models come from (library, Hugging Face, remote files, Ollama's
+  API, the demo models).
+- :mod:`app.measured`: what the real engine reported and measured, and the fit to it.
+- :mod:`app.planning`: the planner, Compare rows, Explain.
 """

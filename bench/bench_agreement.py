@@ -16,13 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from app.demo_models import ensure_demo_models
 from app.errors import SettingsError
-from app.estimate import estimate
-from app.gguf_reader import read_model
-from app.hardware import Hardware, local_cpu_flags
+from app.hardware.devices import Hardware
+from app.hardware.probe import local_cpu_flags
+from app.model.gguf_reader import read_model
+from app.model.spec import model_spec
+from app.predict.estimate import estimate
 from app.settings import Settings
-from app.spec import model_spec
+from app.sources.demo_models import ensure_demo_models
 from runner.dry_run import dry_run_many
 from tests.agreement.test_agreement import settings_grid
 from tests.zoo import ZOO, write_model

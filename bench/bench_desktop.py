@@ -23,7 +23,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
-from app.hardware import local_hardware
+from app.hardware.probe import local_hardware
 from ui.desktop.main_window import MainWindow
 
 TICKS = 1000

@@ -14,12 +14,12 @@ import platform
 import statistics
 import time
 
-from app.demo_models import ensure_demo_models
-from app.estimate import estimate
-from app.gguf_reader import read_model
-from app.hardware import Hardware
+from app.hardware.devices import Hardware
+from app.model.gguf_reader import read_model
+from app.model.spec import ModelSpec, TensorSpec, model_spec
+from app.predict.estimate import estimate
 from app.settings import Settings
-from app.spec import ModelSpec, TensorSpec, model_spec
+from app.sources.demo_models import ensure_demo_models
 
 
 def widen(spec: ModelSpec, n_layer: int) -> ModelSpec:

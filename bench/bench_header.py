@@ -18,7 +18,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `app` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.gguf_reader import read_header
+from app.model.gguf_reader import read_header
 
 MODELS_DIR = Path.home() / ".cache" / "ggtune" / "models"
 MODELS = ("gemma-3-270m-q4_k_m.gguf", "SmolLM2-135M-Instruct.Q4_1.gguf")

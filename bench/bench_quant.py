@@ -6,8 +6,8 @@ cores: the IQ types are slow to make). ``--models smollm,gemma,zoo`` picks the m
 that need one (very slow on the real models).
 
 Every model is quantized with ``llama_model_quantize`` (allow_requantize, 2 threads) to
-every file type of app.quant.FILE_TYPES; the file is read back and each tensor's type and
-size compared with app.quant.simulate_quant. Prints markdown for docs/benchmarks.md.
+every file type of app.model.quant.FILE_TYPES; the file is read back and each tensor's type and
+size compared with app.model.quant.simulate_quant. Prints markdown for docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.demo_models import ensure_demo_models
-from app.quant import QuantFailure
+from app.model.quant import QuantFailure
+from app.sources.demo_models import ensure_demo_models
 from tests.runner.quant_check import Agreement, run_matrix
 from tests.zoo import ZOO, write_model
 

@@ -19,13 +19,14 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `app` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.bench_result import BenchPlan, BenchResult, MemoryGap, compare_memory
-from app.demo_models import ensure_demo_models
-from app.estimate import estimate
-from app.gguf_reader import read_model
-from app.hardware import Hardware, local_cpu_flags
+from app.hardware.devices import Hardware
+from app.hardware.probe import local_cpu_flags
+from app.measured.bench_result import BenchPlan, BenchResult, MemoryGap, compare_memory
+from app.model.gguf_reader import read_model
+from app.model.spec import model_spec
+from app.predict.estimate import estimate
 from app.settings import Settings
-from app.spec import model_spec
+from app.sources.demo_models import ensure_demo_models
 from runner.benchmark import benchmark
 
 MIB = 1024 * 1024

@@ -28,10 +28,10 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `app` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.gguf_reader import read_model
-from app.hardware import Device, Hardware
-from app.spec import ModelSpec, model_spec
-from app.speed import (
+from app.hardware.devices import Device, Hardware
+from app.model.gguf_reader import read_model
+from app.model.spec import ModelSpec, model_spec
+from app.predict.speed import (
     SpeedFactors,
     SpeedMeasurement,
     calibrate,
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             raw.append(data)
         if not raw:
             parser.error("give RUN.json files or --from-fixture")
-        from app.hardware import local_hardware
+        from app.hardware.probe import local_hardware
 
         here = local_hardware()
         bw = args.bandwidth or here.host.bandwidth_gb_per_s

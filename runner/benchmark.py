@@ -16,16 +16,16 @@ parameter mapping as the dry run, :mod:`runner.dry_run`), creates the context, a
 while a sampler thread reads the process's resident memory (file-backed and anonymous)
 every 20 ms and, where NVML is present, the VRAM the process holds on each NVIDIA GPU.
 
-The parent sees the run as it happens through ``on_progress``: :class:`~app.bench_result.
-LoadProgress` (llama.cpp's progress callback), :class:`~app.bench_result.Loaded` (load
-time and llama.cpp's buffer sizes, parsed from its log), :class:`~app.bench_result.
-BenchStep` per timed step; the result is a :class:`~app.bench_result.BenchResult`. A
+The parent sees the run as it happens through ``on_progress``: :class:`~app.measured.bench_result.
+LoadProgress` (llama.cpp's progress callback), :class:`~app.measured.bench_result.Loaded` (load
+time and llama.cpp's buffer sizes, parsed from its log), :class:`~app.measured.bench_result.
+BenchStep` per timed step; the result is a :class:`~app.measured.bench_result.BenchResult`. A
 failure raises an :class:`~app.errors.EngineError` subclass with the cause, llama.cpp's
 last log lines and the exit code or signal; the parent stays up and can run again.
 
 Example::
 
-    from app.bench_result import BenchPlan
+    from app.measured.bench_result import BenchPlan
     from runner.benchmark import benchmark
 
     result = benchmark("gemma-3-270m-q4_k_m.gguf", Settings(n_ctx=4096), BenchPlan.quick(),
@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from app.bench_result import (
+from app.errors import EngineError, EngineLoadError, EngineUnsupportedError, ModelFileNotFoundError
+from app.measured.bench_result import (
     BenchPlan,
     BenchProgress,
     BenchResult,
@@ -62,8 +63,7 @@ from app.bench_result import (
     SpeedKind,
     TtftFigure,
 )
-from app.engine_report import EngineReport
-from app.errors import EngineError, EngineLoadError, EngineUnsupportedError, ModelFileNotFoundError
+from app.measured.engine_report import EngineReport
 from app.settings import Settings
 from runner.dry_run import (
     LOAD_MODE_MMAP,
@@ -351,8 +351,8 @@ def _tokenize(bindings: Any, vocab: Any, text: str, n_max: int) -> list[int]:
 def benchmark_child(request: BenchRequest, channel: ChildChannel) -> None:
     """Run ``request`` in this (child) process, reporting through ``channel``.
 
-    Sends :class:`EngineFacts`, :class:`~app.bench_result.LoadProgress` items,
-    :class:`ModelFacts`, a loaded message, :class:`~app.bench_result.BenchStep` items and
+    Sends :class:`EngineFacts`, :class:`~app.measured.bench_result.LoadProgress` items,
+    :class:`ModelFacts`, a loaded message, :class:`~app.measured.bench_result.BenchStep` items and
     the measurements; each load, the context and each timed step is a worker step.
     """
     # libgomp reads this when llama.cpp loads it. Its default spin-waiting turns any other

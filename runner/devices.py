@@ -2,7 +2,7 @@
 
 The names (CPU, CUDA0, ROCm0, MTL0, Vulkan0 …) and the free/total memory are what
 llama.cpp's backends report (``ggml_backend_dev_*``), so they are the names and the
-memory a model load will see; ``app/hardware_probe.py`` names its devices the same way.
+memory a model load will see; ``app/hardware/probe.py`` names its devices the same way.
 
 Example::
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from app.engine_report import EngineDevice
 from app.errors import EngineError
+from app.measured.engine_report import EngineDevice
 from runner.dry_run import EngineFacts, open_engine
 from runner.worker import ChildChannel, EngineWorker, ItemEvent
 

@@ -3,7 +3,7 @@
 :func:`dry_run` loads the model and creates one context for a :class:`~app.settings.Settings`
 through the low-level C API of llama-cpp-python (never the high-level ``Llama`` class,
 whose defaults differ), captures every llama.cpp log line and returns an
-:class:`~app.engine_report.EngineReport`. :func:`dry_run_many` does the same for many
+:class:`~app.measured.engine_report.EngineReport`. :func:`dry_run_many` does the same for many
 settings in one child, loading the model once per distinct set of *model* parameters
 (``n_gpu_layers``, ``n_cpu_moe``, ``tensor_split``, and ``use_mmap`` in ``alloc`` mode)
 and creating one context per settings.
@@ -43,13 +43,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from app.engine_report import DeviceType, EngineDevice, EngineMode, EngineReport
 from app.errors import (
     EngineError,
     EngineLoadError,
     EngineUnsupportedError,
     ModelFileNotFoundError,
 )
+from app.measured.engine_report import DeviceType, EngineDevice, EngineMode, EngineReport
 from app.settings import CacheType, FlashAttn, Settings
 from runner.engine_log import LogLineJoiner, parse_log
 from runner.worker import (

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from app.engine_report import BufferSize, KvCacheInfo, RecurrentCacheInfo, mib_to_bytes
+from app.measured.engine_report import BufferSize, KvCacheInfo, RecurrentCacheInfo, mib_to_bytes
 
 _NUM: Final = r"(-?\d+(?:\.\d+)?)"
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from app.errors import EngineError, ModelFileNotFoundError
-from app.quant import FileType, allows_quantization, file_type
+from app.model.quant import FileType, allows_quantization, file_type
 from runner.engine_log import LogLineJoiner
 from runner.worker import ChildChannel, EngineWorker, ItemEvent
 
@@ -81,7 +81,7 @@ class _JobDone:
 
 def _imatrix_entries(bindings: Any, path: str) -> tuple[Any, list[object]]:
     """Build a NULL-terminated ``llama_model_imatrix_data`` array of ones (and keepalives)."""
-    from app.gguf_reader import read_model
+    from app.model.gguf_reader import read_model
 
     model = read_model(path)
     arch = model.metadata.get("general.architecture")
@@ -162,7 +162,7 @@ def quantize_many(
     still run). ``timeout_s`` bounds each job. Raises :class:`~app.errors.EngineError`
     when the child dies (then no outcome is returned),
     :class:`~app.errors.ModelFileNotFoundError` when the input is missing and
-    :class:`~app.quant.QuantError` for an unknown quant name.
+    :class:`~app.model.quant.QuantError` for an unknown quant name.
     """
     planned = [(os.fspath(out), file_type(q), imatrix) for out, q, imatrix in jobs]
     if not os.path.isfile(input_path):
@@ -200,7 +200,7 @@ def quantize(
     Raises :class:`~app.errors.EngineError` when llama.cpp refuses (its reason is in the
     message, e.g. "this quantization requires an imatrix!") or the child dies,
     :class:`~app.errors.ModelFileNotFoundError` when the input is missing and
-    :class:`~app.quant.QuantError` for an unknown quant name.
+    :class:`~app.model.quant.QuantError` for an unknown quant name.
     """
     (outcome,) = quantize_many(
         input_path, [(output_path, quant, imatrix)], nthread=nthread, timeout_s=timeout_s

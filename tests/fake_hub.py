@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFWriter
 
-from app.demo_models import GEMMA, SMOLLM
+from app.sources.demo_models import GEMMA, SMOLLM
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 REPO = "ggtune-test/demo-GGUF"

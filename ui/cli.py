@@ -19,11 +19,12 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from app.errors import GGTuneError, SettingsError
-from app.estimate import MemoryEstimate, estimate, row_bytes
-from app.gguf_reader import read_model
-from app.hardware import Device, Hardware, local_hardware
+from app.hardware.devices import Device, Hardware
+from app.hardware.probe import local_hardware
+from app.model.gguf_reader import read_model
+from app.model.spec import ModelSpec, model_spec
+from app.predict.estimate import MemoryEstimate, estimate, row_bytes
 from app.settings import CACHE_TYPES, RUNNERS, RunnerName, Settings, runner_defaults
-from app.spec import ModelSpec, model_spec
 
 GIB = 1024**3
 MIB = 1024**2
@@ -576,11 +577,11 @@ def build_parser() -> argparse.ArgumentParser:
 def load_spec(path: str) -> ModelSpec:
     """Read the model at ``path`` (any shard, or ``catalog:NAME``) and return its spec."""
     if path.startswith("catalog:"):
-        from app.catalog import catalog_header
+        from app.model.catalog import catalog_header
 
         return model_spec(catalog_header(path))
     if path.startswith(("http://", "https://")):  # read over HTTP with range requests
-        from app.hf import read_url_model
+        from app.sources.hf import read_url_model
 
         return model_spec(read_url_model(path))
     return model_spec(read_model(path))

@@ -3,7 +3,7 @@
 ``ggtune bench MODEL [settings flags] [--quick|--thorough] [--json]`` loads the model with
 llama.cpp in a child process (runner/benchmark.py), measures prompt processing and
 decoding speed, time to first token and memory, stores the run in the results database
-(app/results_db.py) and prints the estimate beside what was measured. Progress goes to
+(app/measured/results_db.py) and prints the estimate beside what was measured. Progress goes to
 stderr with a percentage; the table (or one JSON object) to stdout.
 
 ``ggtune bench --history [MODEL]`` lists past runs (of that model, by its file hash).
@@ -17,7 +17,8 @@ import os
 import sys
 from typing import Any, TextIO
 
-from app.bench_result import (
+from app.errors import ModelFileNotFoundError
+from app.measured.bench_result import (
     BenchPlan,
     BenchProgress,
     BenchResult,
@@ -29,9 +30,8 @@ from app.bench_result import (
     gap_to_dict,
     result_to_dict,
 )
-from app.errors import ModelFileNotFoundError
-from app.estimate import estimate
-from app.results_db import ResultsDB, StoredRun, quick_file_hash
+from app.measured.results_db import ResultsDB, StoredRun, quick_file_hash
+from app.predict.estimate import estimate
 from ui.cli import (
     _print_table,
     add_settings_flags,

@@ -1,6 +1,6 @@
 """``ggtune catalog``: the popular models ggtune can plan without downloading them.
 
-``ggtune catalog`` lists the entries of ``profiles/models/`` (see app/catalog.py) with their
+``ggtune catalog`` lists the entries of ``profiles/models/`` (see app/model/catalog.py) with their
 parameter count, layers, training context, KV cache per token at f16 and size at F16;
 ``--json`` prints the same as a list of objects. Any entry can then be used as a model:
 ``ggtune estimate catalog:qwen3-8b -c 32768 --gpu-mem 24``.
@@ -12,8 +12,8 @@ import argparse
 import json
 from typing import Any
 
-from app.catalog import active_params, catalog_header, load_catalog
-from app.spec import model_spec
+from app.model.catalog import active_params, catalog_header, load_catalog
+from app.model.spec import model_spec
 from ui.cli import format_bytes, kv_bytes_per_token
 
 

@@ -17,14 +17,14 @@ from typing import Any, Literal
 
 from app.errors import ExportError, GGTuneError
 from app.export.common import ModelFacts, model_facts, write_text_atomic
-from app.library import (
+from app.sources.library import (
     Library,
     add_folder,
     compare_with_ollama,
     entries_as_dicts,
     scan_library,
 )
-from app.ollama_api import ollama_status, show_model
+from app.sources.ollama_api import ollama_status, show_model
 from ui.cli import add_settings_flags, format_bytes, hardware_from_args, settings_from_args
 
 TARGETS = ("ollama", "lmstudio", "llama-server", "llama-cpp-python")

@@ -3,7 +3,7 @@
 ``ggtune hf org/name-GGUF -c 16384 --gpu-mem 24`` lists the repo's GGUF models (split
 shards joined), reads only their headers over HTTP (range requests, cached on disk by
 sha256) and prints per file: quant level, size, bits per weight, memory per device at the
-chosen settings (app.estimate) and whether it fits. ``--json`` prints one object.
+chosen settings (app.predict.estimate) and whether it fits. ``--json`` prints one object.
 ``ggtune hf REPO --download Q4_K_M [--to DIR]`` downloads that model (all shards) into the
 Hugging Face cache or ``DIR``, with progress, speed and ETA on stderr; an interrupted
 download resumes on the next run. ``REPO`` is ``org/name``, ``org/name:FILE-or-QUANT``,
@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import GGTuneError
-from app.estimate import estimate
-from app.hf import (
+from app.model.spec import model_spec
+from app.predict.estimate import estimate
+from app.sources.hf import (
     DownloadProgress,
     RemoteModel,
     RepoListing,
@@ -30,7 +31,6 @@ from app.hf import (
     parse_repo,
     read_models,
 )
-from app.spec import model_spec
 from ui.cli import add_settings_flags, format_bytes, hardware_from_args, settings_from_args
 
 

@@ -16,9 +16,9 @@ from dataclasses import asdict
 from typing import Any
 
 from app.errors import EngineError, HardwareProfileError
-from app.hardware import Hardware
-from app.hardware_probe import HardwareReport, detect
-from app.hardware_profiles import compose, load_profiles
+from app.hardware.devices import Hardware
+from app.hardware.probe import HardwareReport, detect
+from app.hardware.profiles import compose, load_profiles
 from ui.cli import format_bytes
 
 
@@ -244,7 +244,7 @@ def run_hw(args: argparse.Namespace) -> int:
             _print_profiles(rows)
         return 0
     if args.profile:
-        from app.hardware import local_hardware
+        from app.hardware.probe import local_hardware
 
         hardware = hardware_from_profile(args.profile, local_hardware())
         if args.json:

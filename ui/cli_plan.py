@@ -10,11 +10,11 @@ for a goal with the reason, and how many users fit.
   the user hopes for; the answer says whether it fits and the most that do).
 
 MODEL is a path or ``catalog:NAME``; for ``compare`` also a Hugging Face repo (``org/name``,
-``hf.co/org/name``, a huggingface.co URL, as :func:`app.hf.parse_repo` reads it): one row per
-quant file of the repo, source "hub", from headers read over HTTP (nothing downloaded); a
+``hf.co/org/name``, a huggingface.co URL, as :func:`app.sources.hf.parse_repo` reads it): one row
+per quant file of the repo, source "hub", from headers read over HTTP (nothing downloaded); a
 file whose header cannot be read gets a row with the error. On this machine (no
 ``--profile``/``--gpu-mem``) the speed model is calibrated with the user's own
-``ggtune bench`` runs (app/results_db.py).
+``ggtune bench`` runs (app/measured/results_db.py).
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ import shlex
 import sys
 from typing import Any
 
-from app.calibration import machine_factors
-from app.compare import compare_rows, is_repo, repo_rows
 from app.errors import GGTuneError
-from app.hardware import Hardware
-from app.planner import (
+from app.hardware.devices import Hardware
+from app.measured.calibration import machine_factors
+from app.model.spec import ModelSpec, model_spec
+from app.planning.compare import compare_rows, is_repo, repo_rows
+from app.planning.planner import (
     COMPARE_QUANTS,
     DEFAULT_RPC_PORT,
     GIB,
@@ -48,15 +49,14 @@ from app.planner import (
     recommend,
     server_argv,
 )
-from app.settings import ALL_LAYERS, Settings, runner_defaults
-from app.spec import ModelSpec, model_spec
-from app.speed import (
+from app.predict.speed import (
     DEFAULT_DRAFT_ACCEPTANCE,
     DEFAULT_LINK_GBPS,
     DEFAULT_LINK_LATENCY_S,
     Link,
     SpeedFactors,
 )
+from app.settings import ALL_LAYERS, Settings, runner_defaults
 from ui.cli import _print_table, format_bytes, hardware_from_args, load_spec
 
 
@@ -197,8 +197,8 @@ def _goal(args: argparse.Namespace, name: str) -> Goal:
 
 def _rpc_hosts(args: argparse.Namespace) -> tuple[RpcHost, ...]:
     """Return the ``--rpc-host PROFILE[@HOST:PORT]`` machines (remoteN:50052 unnamed)."""
-    from app.hardware import Device
-    from app.hardware_profiles import compose
+    from app.hardware.devices import Device
+    from app.hardware.profiles import compose
 
     hosts = []
     for i, text in enumerate(getattr(args, "rpc_host", None) or [], start=1):
@@ -339,7 +339,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def _run_compare_repo(args: argparse.Namespace) -> int:
     """``ggtune compare REPO``: one row per quant file of the repo, headers read over HTTP."""
-    from app.hf import list_repo, parse_repo, read_models
+    from app.sources.hf import list_repo, parse_repo, read_models
 
     ref = parse_repo(args.model)
     listing = list_repo(ref)

@@ -1,8 +1,8 @@
 """``ggtune quants MODEL``: the model at every llama.cpp quant level, without quantizing.
 
-One row per file type (app/quant.py simulates ``llama_model_quantize`` tensor by tensor):
+One row per file type (app/model/quant.py simulates ``llama_model_quantize`` tensor by tensor):
 file size, bits per weight, whether llama.cpp needs an importance matrix to make it, and
-the quality cost measured by llama.cpp (app/quality.py, with the model it was measured
+the quality cost measured by llama.cpp (app/model/quality.py, with the model it was measured
 on). ``--json`` prints the same as a list of objects. MODEL is a .gguf file or
 ``catalog:NAME``.
 """
@@ -13,10 +13,10 @@ import argparse
 import json
 from typing import Any
 
-from app.gguf_reader import read_model
-from app.quality import QualityTable, load_quality, weight_quality
-from app.quant import QuantFailure, QuantResult, simulate_all
-from app.spec import ModelSpec, model_spec
+from app.model.gguf_reader import read_model
+from app.model.quality import QualityTable, load_quality, weight_quality
+from app.model.quant import QuantFailure, QuantResult, simulate_all
+from app.model.spec import ModelSpec, model_spec
 from ui.cli import format_bytes, load_spec
 
 

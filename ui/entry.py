@@ -63,7 +63,7 @@ def dispatch(argv: Sequence[str]) -> int:
     if any(a == "--screenshot" or a.startswith("--screenshot=") for a in args):
         return screenshot(args)
     if args[0] == "-m" and is_frozen():
-        # app.demo_models fetches the demo model with `sys.executable -m pip`; in a bundle
+        # app.sources.demo_models fetches the demo model with `sys.executable -m pip`; in a bundle
         # sys.executable is this program, which carries no pip. Say so (pip's caller shows
         # this last stderr line to the user) instead of a CLI usage error.
         print(
@@ -115,7 +115,7 @@ def _say(text: str) -> None:
 
 def default_model() -> Path:
     """Return where the demo model lives in the user cache (it may be absent)."""
-    from app.demo_models import GEMMA, models_dir
+    from app.sources.demo_models import GEMMA, models_dir
 
     return models_dir() / GEMMA.filename
 

@@ -59,8 +59,8 @@ class ModelFacts:
 
 def model_facts(path: str | os.PathLike[str]) -> ModelFacts:
     """Read the facts the exporters need from the model at ``path`` (headers only)."""
-    from app.gguf_reader import read_model
-    from app.spec import model_spec
+    from app.model.gguf_reader import read_model
+    from app.model.spec import model_spec
 
     spec = model_spec(read_model(path))
     return ModelFacts(

@@ -2,7 +2,7 @@
 
 For each model (the two real demo models and every tiny model of the zoo) one child process
 runs llama.cpp's dry run (``no_alloc``) for a grid of settings; every figure the engine
-reports is compared with :func:`app.estimate.estimate` for the same settings:
+reports is compared with :func:`app.predict.estimate.estimate` for the same settings:
 
 * weights (``llama_model_size``): equal to the byte;
 * each KV cache and the recurrent state: same cells, streams and layers, and the same
@@ -23,13 +23,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.engine_report import EngineReport
 from app.errors import SettingsError
-from app.estimate import MemoryEstimate, estimate
-from app.gguf_reader import read_model
-from app.hardware import Hardware, local_cpu_flags
+from app.hardware.devices import Hardware
+from app.hardware.probe import local_cpu_flags
+from app.measured.engine_report import EngineReport
+from app.model.gguf_reader import read_model
+from app.model.spec import ModelSpec, model_spec
+from app.predict.estimate import MemoryEstimate, estimate
 from app.settings import Settings
-from app.spec import ModelSpec, model_spec
 from runner.dry_run import dry_run, dry_run_many
 from tests.zoo import ZOO, write_model
 

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from app.catalog import (
+from app.errors import CatalogError, GGTuneError
+from app.hardware.devices import Hardware
+from app.model.catalog import (
     CATALOG_DIR,
     CatalogHeader,
     TensorOptions,
@@ -29,12 +31,10 @@ from app.catalog import (
     load_catalog,
     load_entry,
 )
-from app.errors import CatalogError, GGTuneError
-from app.estimate import estimate
-from app.gguf_reader import read_model
-from app.hardware import Hardware
+from app.model.gguf_reader import read_model
+from app.model.spec import HeaderLike, ModelSpec, model_spec
+from app.predict.estimate import estimate
 from app.settings import Settings
-from app.spec import HeaderLike, ModelSpec, model_spec
 from tests.zoo import dense, write_model
 
 GIB = 1024**3

@@ -1,4 +1,4 @@
-"""The compute buffer model (app/estimate.py ``_compute_bytes``) against the engine.
+"""The compute buffer model (app/predict/estimate.py ``_compute_bytes``) against the engine.
 
 Golden figures: the ``CPU compute buffer size`` llama.cpp logged (llama-cpp-python 0.3.36,
 CPU build) for the tiny zoo models of tests/zoo, one per (model, settings) row. The zoo
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from app.estimate import estimate
-from app.gguf_reader import read_model
-from app.hardware import Hardware
+from app.hardware.devices import Hardware
+from app.model.gguf_reader import read_model
+from app.model.spec import ModelSpec, model_spec
+from app.predict.estimate import estimate
 from app.settings import Settings
-from app.spec import ModelSpec, model_spec
 from tests.zoo import dense, special
 
 MIB = 1024 * 1024

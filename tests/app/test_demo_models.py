@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from app import demo_models
-from app.demo_models import ModelSource, WheelMember, ensure_demo_models, ensure_model
 from app.errors import GGTuneError, ModelFetchError
+from app.sources import demo_models
+from app.sources.demo_models import ModelSource, WheelMember, ensure_demo_models, ensure_model
 
 PARTS = (b"GGUF" + bytes(range(256)) * 40, bytes(reversed(range(256))) * 33 + b"tail")
 CONTENT = b"".join(PARTS)
@@ -233,7 +233,10 @@ def test_demo_model_is_gemma(linked_models: Path) -> None:
 
 def test_module_prints_the_paths(linked_models: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "app.demo_models"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "app.sources.demo_models"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
 
     assert result.stdout.splitlines() == [

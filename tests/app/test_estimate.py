@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from app.errors import SettingsError
-from app.estimate import estimate, resolve_context
-from app.gguf_reader import read_model
-from app.hardware import Hardware
+from app.hardware.devices import Hardware
+from app.model.gguf_reader import read_model
+from app.model.spec import ModelSpec, model_spec
+from app.predict.estimate import estimate, resolve_context
 from app.settings import Settings, runner_defaults
-from app.spec import ModelSpec, model_spec
 
 MIB = 1024 * 1024
 AVX2 = Hardware.cpu_only(cpu_flags=("avx2",))
@@ -210,9 +210,9 @@ def test_repacked_weights_counted_twice_with_mmap_get_a_note_with_the_saving() -
     keeps the originals (issue #16761): the estimate says so, and how much mmap off saves."""
     import dataclasses
 
-    from app.catalog import catalog_header
-    from app.estimate import REPACK_NOTE_BYTES
-    from app.quant import simulate_quant
+    from app.model.catalog import catalog_header
+    from app.model.quant import simulate_quant
+    from app.predict.estimate import REPACK_NOTE_BYTES
 
     spec = simulate_quant(model_spec(catalog_header("llama-3.1-8b")), "Q4_K_M").spec
     cpu = Hardware.cpu_only()

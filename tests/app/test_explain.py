@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from app.estimate import MemoryEstimate, estimate
-from app.explain import (
+from app.hardware.devices import Hardware
+from app.model.gguf_reader import read_model
+from app.model.spec import ModelSpec, model_spec
+from app.planning.explain import (
     ExplainFacts,
     Section,
     explain_facts,
@@ -15,11 +17,9 @@ from app.explain import (
     fmt_bytes,
     fmt_tokens,
 )
-from app.gguf_reader import read_model
-from app.hardware import Hardware
+from app.predict.estimate import MemoryEstimate, estimate
+from app.predict.speed import predict_speed
 from app.settings import Settings, runner_defaults
-from app.spec import ModelSpec, model_spec
-from app.speed import predict_speed
 
 GIB = 1024**3
 HW = Hardware.cpu_only(32 * GIB, cpu_flags=("avx", "avx2", "f16c", "fma"))
@@ -140,7 +140,7 @@ def test_a_quantized_cache_without_flash_attention_is_explained(gemma: ModelSpec
 
 
 def test_speeds_keep_the_digits_that_matter() -> None:
-    from app.explain import _rate
+    from app.planning.explain import _rate
 
     assert _rate(48.4) == "48 tokens/s"
     assert _rate(3.44) == "3.4 tokens/s"
@@ -148,7 +148,7 @@ def test_speeds_keep_the_digits_that_matter() -> None:
 
 
 def test_an_unquantized_model_is_not_said_to_be_smaller_than_itself() -> None:
-    from app.catalog import catalog_header
+    from app.model.catalog import catalog_header
 
     spec = model_spec(catalog_header("llama-3.1-8b"))  # the catalog keeps F16 weights
     settings = _settings(spec, 8192)

@@ -1,4 +1,4 @@
-"""Fuzz app.gguf_reader: hostile bytes raise GGUFError subclasses only, and never hang.
+"""Fuzz app.model.gguf_reader: hostile bytes raise GGUFError subclasses only, and never hang.
 
 Two generators, deterministic (derandomized, no example database): 10,000 byte-level
 mutations of a small valid GGUF, and 3,000 headers built field by field with hostile counts,
@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.errors import GGUFError, InvalidMetadataError
-from app.gguf_reader import LazyArray, read_header
+from app.model.gguf_reader import LazyArray, read_header
 from tests.app.test_gguf_reader import Arr, Str, build_gguf
 
 VT = GGUFValueType

@@ -1,4 +1,4 @@
-"""Tests of app.gguf_reader: real models, gguf-py round trips, split models, hostile bytes.
+"""Tests of app.model.gguf_reader: real models, gguf-py round trips, split models, hostile bytes.
 
 References are gguf-py's own GGUFWriter (to write files) and GGUFReader (to read them back
 independently); hand-built bytes (``build_gguf``) cover what no well-behaved writer emits.
@@ -32,7 +32,7 @@ from app.errors import (
     UnknownValueTypeError,
     UnsupportedVersionError,
 )
-from app.gguf_reader import Header, LazyArray, TensorInfo, read_header, read_model
+from app.model.gguf_reader import Header, LazyArray, TensorInfo, read_header, read_model
 
 VT = GGUFValueType
 QT = GGMLQuantizationType

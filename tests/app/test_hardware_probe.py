@@ -19,14 +19,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.hardware import local_cpu_flags, local_hardware
-from app.hardware_probe import (
+from app.hardware.probe import (
     DrmCard,
     HardwareReport,
     ProbeUnavailable,
     detect,
     drm_gpus,
     host_bandwidth,
+    local_cpu_flags,
+    local_hardware,
     nvml_bandwidth_gb_per_s,
     parse_cpuinfo,
     parse_gpu_core_count,

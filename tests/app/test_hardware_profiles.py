@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from app.errors import GGTuneError, HardwareProfileError
-from app.hardware import Device, Hardware
-from app.hardware_profiles import (
+from app.hardware.devices import Device, Hardware
+from app.hardware.profiles import (
     FIGURES,
     GIB,
     ProfileSet,

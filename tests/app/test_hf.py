@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from app.demo_models import GEMMA, SMOLLM
 from app.errors import (
     DownloadCancelledError,
     DownloadError,
@@ -22,8 +21,10 @@ from app.errors import (
     RemoteNotFoundError,
     RemoteUnavailableError,
 )
-from app.gguf_reader import read_model
-from app.hf import (
+from app.model.gguf_reader import read_model
+from app.model.spec import model_spec
+from app.sources.demo_models import GEMMA, SMOLLM
+from app.sources.hf import (
     DownloadProgress,
     RepoListing,
     RepoRef,
@@ -34,8 +35,7 @@ from app.hf import (
     read_models,
     read_url_model,
 )
-from app.library import LibraryRoots, scan_library
-from app.spec import model_spec
+from app.sources.library import LibraryRoots, scan_library
 from tests.fake_hub import (
     COMMIT,
     REPO,
@@ -264,7 +264,7 @@ def test_free_disk_is_checked_first(
     listing = list_repo(REPO)
     hub.clear()
     monkeypatch.setattr(
-        "app.hf.shutil.disk_usage", lambda _: shutil._ntuple_diskusage(10**12, 10**12, 0)
+        "app.sources.hf.shutil.disk_usage", lambda _: shutil._ntuple_diskusage(10**12, 10**12, 0)
     )
     with pytest.raises(DownloadError, match=r"needs 0.24 GiB more, but .* has 0.00 GiB free"):
         download(listing, listing.find("Q4_K_M"), to=tmp_path / "new" / "dir")
@@ -280,7 +280,7 @@ def test_read_url_model_blob_url_and_split_siblings(hub: FakeHub) -> None:
 
 
 def test_listing_find_ambiguous() -> None:
-    from app.hf import HubFile, ModelEntry
+    from app.sources.hf import HubFile, ModelEntry
 
     a = ModelEntry("a-Q4_0.gguf", "Q4_0", (HubFile("a-Q4_0.gguf", 1, None, "x"),))
     b = ModelEntry("b/a-Q4_0.gguf", "Q4_0", (HubFile("b/a-Q4_0.gguf", 1, None, "y"),))

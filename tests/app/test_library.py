@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from gguf import GGUFWriter
 
-from app.demo_models import SMOLLM
-from app.library import (
+from app.sources.demo_models import SMOLLM
+from app.sources.library import (
     HeaderCache,
     LibraryRoots,
     add_folder,
@@ -23,7 +23,7 @@ from app.library import (
     scan_library,
     user_folders,
 )
-from app.ollama_api import ollama_base_url, ollama_status, show_model
+from app.sources.ollama_api import ollama_base_url, ollama_status, show_model
 
 MODEL_MEDIA = "application/vnd.ollama.image.model"
 

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from app.catalog import catalog_header
-from app.estimate import estimate
-from app.hardware import Device, Hardware
-from app.hardware_profiles import compose
-from app.planner import (
+from app.hardware.devices import Device, Hardware
+from app.hardware.profiles import compose
+from app.model.catalog import catalog_header
+from app.model.spec import ModelSpec, model_spec
+from app.planning.planner import (
     DEFAULT_MARGIN_BYTES,
     Goal,
     PlanError,
@@ -24,8 +24,8 @@ from app.planner import (
     recommend,
     server_argv,
 )
+from app.predict.estimate import estimate
 from app.settings import Settings
-from app.spec import ModelSpec, model_spec
 
 GIB = 1024**3
 HOST = Device("CPU", "host", 64 * GIB, None, 50.0)
@@ -188,8 +188,8 @@ def test_a_plan_on_a_repacking_cpu_turns_mmap_off_and_says_why(
     """On an AVX2 CPU llama.cpp repacks Q4_K weights and, with mmap, the mapped file keeps
     the originals too (llama.cpp #16761): the same plan without mmap needs that much less
     RAM, so it wins, and the reasons say why."""
-    from app.estimate import REPACK_NOTE_BYTES
-    from app.planner import mmap_saving
+    from app.planning.planner import mmap_saving
+    from app.predict.estimate import REPACK_NOTE_BYTES
 
     spec = model_spec(catalog_header("llama-3.1-8b"))
     avx2 = Hardware.cpu_only(32 * GIB, cpu_flags=("avx2",))

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from app.catalog import catalog_header
-from app.estimate import estimate
-from app.hardware import Device, Hardware
-from app.hardware_profiles import compose
-from app.planner import (
+from app.hardware.devices import Device, Hardware
+from app.hardware.profiles import compose
+from app.model.catalog import catalog_header
+from app.model.spec import ModelSpec, model_spec
+from app.planning.planner import (
     DEFAULT_MARGIN_BYTES,
     Goal,
     PlanError,
@@ -24,9 +24,8 @@ from app.planner import (
     rpc_hardware,
     server_argv,
 )
-from app.settings import ALL_LAYERS
-from app.spec import ModelSpec, model_spec
-from app.speed import (
+from app.predict.estimate import estimate
+from app.predict.speed import (
     Link,
     best_draft_length,
     expected_tokens_per_step,
@@ -34,6 +33,7 @@ from app.speed import (
     predict_speed,
     speculative_speedup,
 )
+from app.settings import ALL_LAYERS
 
 GIB = 1024**3
 HOST = Device("CPU", "host", 64 * GIB, None, 50.0)

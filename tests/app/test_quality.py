@@ -1,4 +1,4 @@
-"""Quality tables (app/quality.py, profiles/quality/): the shipped numbers and bad files.
+"""Quality tables (app/model/quality.py, profiles/quality/): the shipped numbers and bad files.
 
 Expected values are llama.cpp's ``tools/perplexity/README.md`` "LLaMA 3 8b Scoreboard"
 (vendored in llama-cpp-python 0.3.36) and REFERENCE.md §5, not ggtune's own output.
@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 
 from app.errors import GGTuneError
-from app.quality import (
+from app.model.quality import (
     QUALITY_DIR,
     QualityProfileError,
     kv_quality,
     load_quality,
     weight_quality,
 )
-from app.quant import file_type
+from app.model.quant import file_type
 
 
 def test_weight_table_matches_the_perplexity_readme() -> None:

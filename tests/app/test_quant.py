@@ -1,4 +1,4 @@
-"""Quant simulation (app/quant.py): llama.cpp's rules on real and synthetic models.
+"""Quant simulation (app/model/quant.py): llama.cpp's rules on real and synthetic models.
 
 Golden file sizes below are the sizes of the files llama.cpp's own quantizer wrote from
 SmolLM2-135M-Instruct Q4_1 (``llama_model_quantize``, llama-cpp-python 0.3.36,
@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from app.estimate import estimate
-from app.gguf_reader import read_model
-from app.hardware import Hardware
-from app.quant import (
+from app.hardware.devices import Hardware
+from app.model.gguf_reader import read_model
+from app.model.quant import (
     FILE_TYPES,
     GGML_TYPES,
     QuantError,
@@ -29,8 +28,9 @@ from app.quant import (
     simulate_all,
     simulate_quant,
 )
+from app.model.spec import ModelSpec, TensorSpec, model_spec, tensor_role
+from app.predict.estimate import estimate
 from app.settings import Settings
-from app.spec import ModelSpec, TensorSpec, model_spec, tensor_role
 
 F32, F16, Q4_0, Q8_0 = 0, 1, 2, 8
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from app.demo_models import GEMMA, SMOLLM
 from app.errors import (
     NotGGUFError,
     RangeNotSupportedError,
@@ -23,8 +22,9 @@ from app.errors import (
     RemoteNotFoundError,
     RemoteUnavailableError,
 )
-from app.gguf_reader import read_header
-from app.remote import BLOCK_BYTES, RemoteFile, read_remote_header
+from app.model.gguf_reader import read_header
+from app.sources.demo_models import GEMMA, SMOLLM
+from app.sources.remote import BLOCK_BYTES, RemoteFile, read_remote_header
 from tests.fake_hub import FakeHub, Served, running
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from app.bench_result import (
+from app.errors import ResultsDBError
+from app.measured.bench_result import (
     BenchPlan,
     BenchResult,
     MachineInfo,
@@ -23,9 +24,8 @@ from app.bench_result import (
     SpeedFigure,
     TtftFigure,
 )
-from app.engine_report import BufferSize, EngineReport
-from app.errors import ResultsDBError
-from app.results_db import (
+from app.measured.engine_report import BufferSize, EngineReport
+from app.measured.results_db import (
     HASH_CHUNK_BYTES,
     MIGRATIONS,
     SCHEMA_VERSION,

@@ -9,11 +9,11 @@ import pytest
 from gguf import GGUFWriter
 
 from app.errors import InvalidMetadataError
-from app.estimate import estimate
-from app.gguf_reader import read_model
-from app.hardware import Hardware
+from app.hardware.devices import Hardware
+from app.model.gguf_reader import read_model
+from app.model.spec import model_spec, tensor_role
+from app.predict.estimate import estimate
 from app.settings import Settings
-from app.spec import model_spec, tensor_role
 from tests.zoo import write_model
 
 

@@ -8,15 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from app.catalog import catalog_header
-from app.demo_models import DemoModels
-from app.gguf_reader import read_model
-from app.hardware import Device, Hardware
-from app.hardware_profiles import compose
-from app.quant import simulate_quant
-from app.settings import Settings
-from app.spec import ModelSpec, model_spec
-from app.speed import (
+from app.hardware.devices import Device, Hardware
+from app.hardware.profiles import compose
+from app.model.catalog import catalog_header
+from app.model.gguf_reader import read_model
+from app.model.quant import simulate_quant
+from app.model.spec import ModelSpec, model_spec
+from app.predict.speed import (
     SpeedFactors,
     SpeedMeasurement,
     calibrate,
@@ -26,6 +24,8 @@ from app.speed import (
     predict_speed,
     workload,
 )
+from app.settings import Settings
+from app.sources.demo_models import DemoModels
 
 FIXTURE = Path(__file__).parent / "data" / "speed_runs.json"
 

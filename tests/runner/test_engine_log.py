@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine_report import MIB, BufferSize, mib_to_bytes
+from app.measured.engine_report import MIB, BufferSize, mib_to_bytes
 from runner.engine_log import (
     LogFacts,
     LogLineJoiner,

@@ -2,7 +2,7 @@
 
 Each model is quantized with ``llama_model_quantize`` (runner/quantize.py, a child
 process, allow_requantize, 2 threads); the file is read back and every tensor's type and
-byte size must equal app.quant.simulate_quant's, the file size within 0.1%. File types
+byte size must equal app.model.quant.simulate_quant's, the file size within 0.1%. File types
 the simulation says need an importance matrix must be refused without one ("this
 quantization requires an imatrix!") and, made with one (all ones), match too.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from app.errors import EngineError, EngineTimeoutError, ModelFileNotFoundError
-from app.quant import FILE_TYPES
+from app.model.quant import FILE_TYPES
 from runner.quantize import quantize, quantize_many
 from tests.runner.quant_check import Agreement, run_matrix
 from tests.zoo import write_model

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.compare import is_repo
-from app.demo_models import GEMMA, SMOLLM
+from app.planning.compare import is_repo
+from app.sources.demo_models import GEMMA, SMOLLM
 from tests.fake_hub import REPO, FakeHub
 from ui.cli import run
 

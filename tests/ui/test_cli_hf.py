@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.demo_models import GEMMA, SMOLLM
+from app.sources.demo_models import GEMMA, SMOLLM
 from tests.fake_hub import REPO, FakeHub
 from ui.cli import run
 

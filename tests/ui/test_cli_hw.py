@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.hardware_profiles import GIB
+from app.hardware.profiles import GIB
 from ui.cli import run
 
 

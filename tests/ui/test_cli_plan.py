@@ -1,4 +1,5 @@
-"""ggtune compare / recommend / plan: the CLI over app.planner, on catalog models and profiles."""
+"""ggtune compare / recommend / plan: the CLI over app.planning.planner, on catalog models and
+profiles."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The test starts Xvfb on a free display, then runs this file as a script in a fresh Python
 (``DISPLAY`` set, ``QT_QPA_PLATFORM=xcb``): it builds the real main window on the demo model
 and drives it from inside with Qt's own input events — a key press on the context slider
-(the memory view must change by exactly what :func:`app.estimate.estimate` says), a quick
+(the memory view must change by exactly what :func:`app.predict.estimate.estimate` says), a quick
 benchmark of the demo model with a tiny plan (llama.cpp in runner's child process; stored in
 a scratch results database), and Save on the Export tab for an Ollama Modelfile (the file
 dialog answered by the same injection the Export tests use). Nothing is faked: no test
@@ -121,11 +121,11 @@ def _drive(scratch: Path) -> dict[str, Any]:
     from PySide6.QtGui import QGuiApplication
     from PySide6.QtTest import QTest
 
-    from app.bench_result import BenchPlan
-    from app.estimate import estimate
     from app.export.common import model_facts
     from app.export.ollama import export_ollama
-    from app.results_db import ResultsDB
+    from app.measured.bench_result import BenchPlan
+    from app.measured.results_db import ResultsDB
+    from app.predict.estimate import estimate
     from ui.desktop.app import make_application
     from ui.desktop.main_window import MainWindow
     from ui.desktop.memory_view import COMPONENTS

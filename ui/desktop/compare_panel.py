@@ -2,7 +2,7 @@
 side, as a table and a chart.
 
 :class:`CompareController` works out one :class:`CompareRow` per quant (the file on disk and
-the levels :func:`app.quant.simulate_quant` derives from it) at the settings on screen,
+the levels :func:`app.model.quant.simulate_quant` derives from it) at the settings on screen,
 with the most GPU layers that fit, exactly as ``ggtune compare`` does (it reuses
 :func:`ui.cli_plan.compare_rows`). The quant options are simulated once per model; the rows
 are recomputed on the job pool, debounced, when the settings, the model, the hardware or
@@ -10,9 +10,9 @@ the speed factors change. :class:`CompareTableModel` and :class:`CompareChartWid
 display them; :class:`ComparePanel` adds what to do about the selected row.
 
 A Hugging Face repo typed into the tab (:meth:`CompareController.compare_repo`) is listed
-and every quant file's header read over HTTP on the pool (:func:`app.hf.list_repo`,
-:func:`app.hf.read_models`; nothing downloaded, headers cached on disk), then shown as one
-row per file with source "hub" (:func:`app.compare.repo_rows`, as ``ggtune compare REPO``
+and every quant file's header read over HTTP on the pool (:func:`app.sources.hf.list_repo`,
+:func:`app.sources.hf.read_models`; nothing downloaded, headers cached on disk), then shown as one
+row per file with source "hub" (:func:`app.planning.compare.repo_rows`, as ``ggtune compare REPO``
 prints them), following the settings on screen like the normal rows;
 :meth:`CompareController.show_model` goes back to the open model's rows. The selected hub
 row can be downloaded (every shard, into the Hugging Face cache or a folder the user picks)
@@ -67,10 +67,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.compare import HUB_ORIGIN, compare_rows, repo_rows
 from app.errors import GGTuneError
-from app.hardware import Hardware
-from app.hf import (
+from app.hardware.devices import Hardware
+from app.model.spec import ModelSpec
+from app.planning.compare import HUB_ORIGIN, compare_rows, repo_rows
+from app.planning.planner import COMPARE_QUANTS, QuantOption, fmt_ctx, fmt_tps, quant_options
+from app.predict.speed import SpeedFactors
+from app.predict.verdict import format_size
+from app.settings import Settings
+from app.sources.hf import (
     DownloadProgress,
     ModelEntry,
     RemoteModel,
@@ -82,11 +87,6 @@ from app.hf import (
     parse_repo,
     read_models,
 )
-from app.planner import COMPARE_QUANTS, QuantOption, fmt_ctx, fmt_tps, quant_options
-from app.settings import Settings
-from app.spec import ModelSpec
-from app.speed import SpeedFactors
-from app.verdict import format_size
 from ui.desktop.banner import MessageBanner
 from ui.desktop.download import (
     DownloadController,
@@ -194,7 +194,7 @@ def compare_table(
 
 
 def _row(r: dict[str, Any], hardware: Hardware) -> CompareRow:
-    """Return a plain-data row of :mod:`app.compare` as a :class:`CompareRow`."""
+    """Return a plain-data row of :mod:`app.planning.compare` as a :class:`CompareRow`."""
     capacity = {d.name: d.capacity_bytes for d in hardware.devices}
     devices = tuple((name, int(n), capacity.get(name)) for name, n in r["devices"].items())
     return CompareRow(

@@ -1,7 +1,7 @@
 """Download a quant file (all its shards) from Hugging Face without blocking the window.
 
-:class:`DownloadController` runs :func:`app.hf.download` on the job pool
-(:func:`ui.desktop.jobs.run_job`), forwards its :class:`~app.hf.DownloadProgress` reports
+:class:`DownloadController` runs :func:`app.sources.hf.download` on the job pool
+(:func:`ui.desktop.jobs.run_job`), forwards its :class:`~app.sources.hf.DownloadProgress` reports
 to the GUI thread through a queued signal, and ends with exactly one of ``finished(path)``,
 ``failed(line)`` or ``cancelled(line)``. Cancel sets the core's ``threading.Event``: the
 core stops at its next chunk and keeps the partial file, so the next download of the same
@@ -12,7 +12,7 @@ A download is the one long job on the pool: while it runs it hands its pool slot
 short jobs of the other tabs never queue behind it.
 
 The pure helpers (:func:`progress_text`, :func:`format_eta`) make the words the Compare tab
-shows (the free disk comes from :func:`app.hf.free_bytes`, the check the download makes).
+shows (the free disk comes from :func:`app.sources.hf.free_bytes`, the check the download makes).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.errors import DownloadCancelledError
-from app.hf import DownloadProgress, ModelEntry, RepoListing, download
-from app.verdict import format_size
+from app.predict.verdict import format_size
+from app.sources.hf import DownloadProgress, ModelEntry, RepoListing, download
 from ui.desktop.jobs import job_pool, run_job
 from ui.desktop.model_card import describe_error
 
@@ -69,7 +69,7 @@ def progress_percent(p: DownloadProgress) -> int:
 @dataclass(frozen=True, slots=True)
 class DownloadRequest:
     """What to download: ``entry`` of ``listing`` (all its shards) into ``to`` (a folder;
-    None for the Hugging Face cache, ``hub_cache`` or :func:`app.hf.hub_cache_dir`)."""
+    None for the Hugging Face cache, ``hub_cache`` or :func:`app.sources.hf.hub_cache_dir`)."""
 
     listing: RepoListing
     entry: ModelEntry

@@ -7,10 +7,10 @@ verdict read ``state_changed``. Limits that depend on the model (the context sli
 the number of layers) are pure functions here, so tests can check them without widgets.
 
 The estimate is for the open file, or for a simulated quant level of it
-(:meth:`EstimateController.set_quant`): :func:`app.quant.simulate_quant` runs once per
+(:meth:`EstimateController.set_quant`): :func:`app.model.quant.simulate_quant` runs once per
 (model, quant) and its spec is cached, so slider ticks re-estimate as fast as for the file.
 ``EstimateState.spec`` is the spec estimated; ``EstimateState.model`` stays the open file.
-The list of levels a model can be simulated at (every level, :func:`app.quant.simulate_all`:
+The list of levels a model can be simulated at (every level, :func:`app.model.quant.simulate_all`:
 0.5 s for a 70B model's 724 tensors) is worked out on the job pool when a model opens and
 announced by ``quant_choices_changed``; the GUI thread never waits for it.
 """
@@ -24,13 +24,13 @@ from typing import Final
 from PySide6.QtCore import QObject, Signal
 
 from app.errors import GGTuneError
-from app.estimate import MemoryEstimate, estimate
-from app.hardware import Hardware
-from app.planner import own_quant_name
-from app.quant import QuantResult, simulate_all, simulate_quant
+from app.hardware.devices import Hardware
+from app.model.quant import QuantResult, simulate_all, simulate_quant
+from app.model.spec import ModelSpec
+from app.planning.planner import own_quant_name
+from app.predict.estimate import MemoryEstimate, estimate
+from app.predict.verdict import DEFAULT_MARGIN_BYTES, Verdict, verdict
 from app.settings import ALL_LAYERS, RUNNERS, RunnerName, Settings, runner_defaults
-from app.spec import ModelSpec
-from app.verdict import DEFAULT_MARGIN_BYTES, Verdict, verdict
 from ui.desktop.hardware import HardwareChoice
 from ui.desktop.jobs import run_job
 from ui.desktop.model_card import LoadedModel
@@ -77,7 +77,7 @@ class QuantChoice:
 
 
 def simulate_level(spec: ModelSpec, quant: str) -> QuantResult:
-    """Return ``spec`` quantized to ``quant`` as :func:`app.quant.simulate_all` does it:
+    """Return ``spec`` quantized to ``quant`` as :func:`app.model.quant.simulate_all` does it:
     with an importance matrix when llama.cpp demands one (raises QuantError)."""
     result = simulate_quant(spec, quant)
     if result.needs_imatrix:

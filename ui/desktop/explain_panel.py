@@ -1,6 +1,7 @@
 """The Explain tab: what happens between prompt and answer, with the open model's numbers.
 
-The words come from :func:`app.explain.explain_facts` / :func:`app.explain.sections_from_facts`
+The words come from :func:`app.planning.explain.explain_facts` /
+:func:`app.planning.explain.sections_from_facts`
 (pure); this module only renders them: the sections as simple HTML in a
 :class:`QTextBrowser`, and three small painted pictures — where the memory goes, what one
 new token reads (and so the speed bound), and the KV cache layer by layer (full-attention
@@ -35,7 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.errors import GGTuneError
-from app.explain import (
+from app.planning.explain import (
     ExplainFacts,
     Section,
     explain_facts,
@@ -43,8 +44,8 @@ from app.explain import (
     fmt_tokens,
     sections_from_facts,
 )
-from app.planner import fmt_tps, own_quant_name
-from app.speed import SpeedFactors
+from app.planning.planner import fmt_tps, own_quant_name
+from app.predict.speed import SpeedFactors
 from ui.desktop.estimate_controller import EstimateController, EstimateState
 from ui.desktop.memory_view import COMPONENTS
 

@@ -43,9 +43,9 @@ from PySide6.QtWidgets import (
 from app.errors import GGTuneError
 from app.export.common import ModelFacts, write_text_atomic
 from app.export.lmstudio import LMStudioExport
-from app.planner import own_quant_name
+from app.model.spec import ModelSpec
+from app.planning.planner import own_quant_name
 from app.settings import RunnerName, Settings
-from app.spec import ModelSpec
 from ui.desktop.banner import MessageBanner
 from ui.desktop.estimate_controller import RUNNER_TITLES, EstimateController, EstimateState
 from ui.desktop.model_card import LoadedModel, describe_error

@@ -3,7 +3,7 @@
 :class:`HardwareController` owns the choice and emits :class:`HardwareChoice` on
 ``hardware_changed``. Three sources feed it: this machine (probed once on the job pool),
 "plan for N GPUs of X GiB" (the Settings panel), and anything else that can build a
-:class:`~app.hardware.Hardware`: hardware profiles plug in by calling
+:class:`~app.hardware.devices.Hardware`: hardware profiles plug in by calling
 :meth:`HardwareController.set_hardware` with ``source="profile"``.
 """
 
@@ -14,8 +14,9 @@ from typing import Literal
 
 from PySide6.QtCore import QObject, Signal
 
-from app.hardware import Device, Hardware, local_hardware
-from app.verdict import format_size
+from app.hardware.devices import Device, Hardware
+from app.hardware.probe import local_hardware
+from app.predict.verdict import format_size
 from ui.desktop.jobs import run_job
 from ui.desktop.model_card import describe_error
 

@@ -3,12 +3,12 @@ profiles, compositions such as "2x rtx-3090 + 64 GB DDR5", and a custom-profile 
 
 Planning for a profile or a composition goes through
 :meth:`~ui.desktop.hardware.HardwareController.set_hardware` with ``source="profile"``; the
-estimate follows. The probe (:func:`app.hardware_probe.detect`) runs on the job pool, never
+estimate follows. The probe (:func:`app.hardware.probe.detect`) runs on the job pool, never
 on the GUI thread. Profiles are a few small TOML files (≈25 ms for all of them) and are
 read on the GUI thread when the panel is built and after a custom profile is saved.
 
 :func:`custom_profile_toml` and :func:`check_custom_profile` are pure: the editor's fields
-become a ``[[profile]]`` table that :func:`app.hardware_profiles.parse_profile` validates
+become a ``[[profile]]`` table that :func:`app.hardware.profiles.parse_profile` validates
 before anything is written. This is ``ggtune hw`` / ``ggtune hw --profile`` in a window.
 """
 
@@ -48,9 +48,9 @@ from PySide6.QtWidgets import (
 
 from app.errors import GGTuneError, HardwareProfileError
 from app.export.common import write_text_atomic
-from app.hardware import Hardware
-from app.hardware_probe import HardwareReport, detect
-from app.hardware_profiles import (
+from app.hardware.devices import Hardware
+from app.hardware.probe import HardwareReport, detect
+from app.hardware.profiles import (
     HardwareProfile,
     ProfileKind,
     ProfileSet,
@@ -60,7 +60,7 @@ from app.hardware_profiles import (
     parse_profile,
     user_profiles_dir,
 )
-from app.verdict import format_size
+from app.predict.verdict import format_size
 from ui.desktop.hardware import HardwareController, describe_hardware
 from ui.desktop.jobs import run_job
 from ui.desktop.model_card import describe_error
@@ -255,7 +255,7 @@ def _plain_label(text: str = "") -> QLabel:
 class HardwarePanel(QWidget):
     """Detected devices, profiles, composition and the custom-profile editor (GUI thread).
 
-    ``probe`` is the detection run on the pool (default :func:`app.hardware_probe.detect`);
+    ``probe`` is the detection run on the pool (default :func:`app.hardware.probe.detect`);
     ``builtin_dir``/``user_dir`` where profiles are read and custom ones written (defaults:
     ggtune's and the user config folder's). ``confirm(parent, title, text) -> bool`` asks
     before a custom profile file is replaced; tests replace it.

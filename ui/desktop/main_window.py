@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.hardware import Hardware
+from app.hardware.devices import Hardware
 from ui.desktop.banner import MessageBanner
 from ui.desktop.compare_panel import CompareController, ComparePanel
 from ui.desktop.estimate_controller import EstimateController

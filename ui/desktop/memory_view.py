@@ -6,12 +6,12 @@ output and other memory of each device as one horizontal stacked bar, scaled to 
 device's capacity, with a line at the capacity and a dashed line at the safety margin;
 hovering shows the exact numbers. :class:`MemoryTableModel` holds the same numbers for the
 table under it (keyboard and screen-reader users read them there). Both display an
-:class:`~app.estimate.MemoryEstimate`; neither computes anything.
+:class:`~app.predict.estimate.MemoryEstimate`; neither computes anything.
 
 :class:`SpeedController` adds speed: the speed factors (calibrated from the user's own
 ``ggtune bench`` runs on this machine, as ``ggtune compare`` does) are loaded once per model
-and hardware on the job pool; :func:`app.speed.predict_speed` (~0.2 ms) runs on every
-tick; :func:`app.planner.max_users` (a search, tens of ms and more) runs debounced on the
+and hardware on the job pool; :func:`app.predict.speed.predict_speed` (~0.2 ms) runs on every
+tick; :func:`app.planning.planner.max_users` (a search, tens of ms and more) runs debounced on the
 pool through :class:`LatestJob`. The Compare and Recommend tabs read its factors.
 """
 
@@ -58,9 +58,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.errors import GGTuneError
-from app.estimate import DeviceEstimate, MemoryEstimate
-from app.hardware import Hardware
-from app.planner import (
+from app.hardware.devices import Hardware
+from app.model.spec import ModelSpec
+from app.planning.planner import (
     KV_TYPES,
     Capacity,
     Goal,
@@ -70,10 +70,10 @@ from app.planner import (
     max_users,
     quant_options,
 )
+from app.predict.estimate import DeviceEstimate, MemoryEstimate
+from app.predict.speed import SpeedFactors, SpeedPrediction, predict_speed
+from app.predict.verdict import device_label, format_size
 from app.settings import Settings
-from app.spec import ModelSpec
-from app.speed import SpeedFactors, SpeedPrediction, predict_speed
-from app.verdict import device_label, format_size
 from ui.desktop.estimate_controller import EstimateController, EstimateState
 from ui.desktop.hardware import HardwareChoice
 from ui.desktop.jobs import run_job
@@ -649,9 +649,10 @@ def load_speed_factors(spec: ModelSpec, hardware: Hardware, this_machine: bool) 
     """Return speed factors fitted to this machine's stored runs (published ratios else).
 
     Blocks on the results database and a host probe: call on the job pool. Does what
-    ``ggtune compare``/``recommend`` do (:mod:`app.calibration`), so both quote the same speed.
+    ``ggtune compare``/``recommend`` do (:mod:`app.measured.calibration`), so both quote the same
+    speed.
     """
-    from app.calibration import machine_factors
+    from app.measured.calibration import machine_factors
 
     if not this_machine:
         return SpeedFactors()

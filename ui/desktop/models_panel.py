@@ -7,13 +7,13 @@ Open file…, and the card of the open model.
 the list (a ``QAbstractListModel`` over :class:`ModelEntry` tuples); the panel filters it
 with a ``QSortFilterProxyModel``.
 
-The library (:func:`app.library.scan_library`: Ollama, LM Studio, the Hugging Face cache,
+The library (:func:`app.sources.library.scan_library`: Ollama, LM Studio, the Hugging Face cache,
 added folders, the demo models) is scanned on the job pool when the app starts and on
 Rescan; :class:`LibraryTreeModel` groups its entries by source and lists what the scan
 skipped (broken manifests, files that are not GGUF) under "Skipped", never failing for
 them. Choosing an entry opens it like a file. ``ggtune library`` is its CLI twin.
 
-The tree ends with ggtune's model catalog (:mod:`app.catalog`, read on the job pool when
+The tree ends with ggtune's model catalog (:mod:`app.model.catalog`, read on the job pool when
 the panel is first shown): popular models as published, opened as ``catalog:NAME`` to plan
 them at any quant level before downloading anything (``ggtune estimate catalog:NAME`` is
 the CLI twin). A catalog model joins the recent files and re-opens on the next start like a
@@ -55,8 +55,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.catalog import CATALOG_DIR, catalog_keys
-from app.library import Library, LibraryEntry, LibraryIssue, Source, add_folder, scan_library
+from app.model.catalog import CATALOG_DIR, catalog_keys
+from app.sources.library import (
+    Library,
+    LibraryEntry,
+    LibraryIssue,
+    Source,
+    add_folder,
+    scan_library,
+)
 from ui.desktop.jobs import run_job
 from ui.desktop.model_card import (
     CatalogSummary,
@@ -210,8 +217,8 @@ class LibraryTreeModel(QStandardItemModel):
     """The library by source, then the catalog: group rows, each with its entries
     (read-only, one column).
 
-    ``Qt.UserRole`` gives the :class:`~app.library.LibraryEntry`,
-    :class:`~app.library.LibraryIssue` or :class:`~ui.desktop.model_card.CatalogSummary` of
+    ``Qt.UserRole`` gives the :class:`~app.sources.library.LibraryEntry`,
+    :class:`~app.sources.library.LibraryIssue` or :class:`~ui.desktop.model_card.CatalogSummary` of
     an entry row (None for a group), :data:`SEARCH_ROLE` the searched text. (A
     ``QStandardItemModel``: Qt owns the tree's parent links.)
     """
@@ -307,8 +314,8 @@ class ModelController(QObject):
     ``catalog_changed(tuple[CatalogSummary, ...])`` once the catalog is listed (empty when it
     could not be loaded: the tree then says why).
 
-    ``library_scan`` scans the library (default :func:`app.library.scan_library` over this
-    machine's stores); ``library_config`` is the file :func:`~app.library.add_folder`
+    ``library_scan`` scans the library (default :func:`app.sources.library.scan_library` over this
+    machine's stores); ``library_config`` is the file :func:`~app.sources.library.add_folder`
     keeps the added folders in (default: the user config folder's). ``catalog_dir`` is the
     catalog listed after the library and opened by ``catalog:NAME`` paths (default: the one
     ggtune ships; None lists none and opens the shipped one). Tests pass their own.

@@ -1,6 +1,6 @@
 """The Recommend tab: say what matters, get settings for it, the reasons, and the runner-up.
 
-:class:`RecommendController` runs :func:`app.planner.recommend` (the search ``ggtune
+:class:`RecommendController` runs :func:`app.planning.planner.recommend` (the search ``ggtune
 recommend`` runs, with the same quant options and speed factors) on the job pool; a newer
 request or Cancel drops an older answer, so the GUI never waits. :meth:`RecommendController.apply`
 puts the plan's settings on the sliders through
@@ -36,8 +36,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.hardware import Hardware
-from app.planner import (
+from app.hardware.devices import Hardware
+from app.model.spec import ModelSpec
+from app.planning.planner import (
     DEFAULT_MAX_KLD,
     GIB,
     Candidate,
@@ -52,8 +53,7 @@ from app.planner import (
     quant_options,
     recommend,
 )
-from app.spec import ModelSpec
-from app.speed import SpeedFactors
+from app.predict.speed import SpeedFactors
 from ui.desktop.banner import MessageBanner
 from ui.desktop.compare_panel import compare_options
 from ui.desktop.estimate_controller import EstimateController

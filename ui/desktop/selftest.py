@@ -78,7 +78,7 @@ def run_window(model: str, scratch: Path, timeout_s: float) -> tuple[int, str]:
 
 def _estimate_and_dry_run(window: MainWindow, stage: dict[str, str], finish: _Finish) -> None:
     """Check the estimate on screen, then start the window's dry run (GUI thread)."""
-    from app.verdict import format_size
+    from app.predict.verdict import format_size
 
     window.estimates.update(n_ctx=SELFTEST_CONTEXT)
     state = window.estimates.state

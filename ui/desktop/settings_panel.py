@@ -6,7 +6,7 @@ Widgets only: each control writes through :meth:`EstimateController.update` (or 
 controls without echoing back. Ranges follow the open model (its training context and
 layer count); controls that do not apply (MoE on a dense model, GPU layers without a GPU)
 are disabled, with a tooltip saying why. The Quantization combo offers the open file's
-own quant level and every level :mod:`app.quant` can simulate from it
+own quant level and every level :mod:`app.model.quant` can simulate from it
 (:meth:`EstimateController.set_quant`).
 """
 
@@ -33,9 +33,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.hardware import Hardware
+from app.hardware.devices import Hardware
+from app.model.spec import ModelSpec
 from app.settings import ALL_LAYERS, CACHE_TYPES, FLASH_ATTN_MODES, RUNNERS, Settings
-from app.spec import ModelSpec
 from ui.desktop.estimate_controller import (
     RUNNER_TITLES,
     EstimateController,

@@ -9,7 +9,8 @@ a dialog with its cause and llama.cpp's last log lines.
 :class:`BenchmarkThread` runs :class:`runner.benchmark.Benchmark` the same way (quick plan by
 default): the progress bar follows llama.cpp's load progress, then the benchmark's steps; the
 result (RSS file-backed/anonymous, pp/tg tok/s, time to first token) joins the same table as
-the *Measured* column, and is stored in the results database (:class:`app.results_db.ResultsDB`)
+the *Measured* column, and is stored in the results database
+(:class:`app.measured.results_db.ResultsDB`)
 on the worker thread. The history of past runs of the model is read on the job pool. Every
 benchmark error shows as a banner with its cause; the app stays up.
 
@@ -47,7 +48,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.bench_result import (
+from app.errors import EngineCancelledError, EngineError, GGTuneError
+from app.hardware.devices import Hardware
+from app.measured.bench_result import (
     BenchPlan,
     BenchProgress,
     BenchResult,
@@ -58,14 +61,12 @@ from app.bench_result import (
     Stat,
     compare_memory,
 )
-from app.engine_report import EngineReport
-from app.errors import EngineCancelledError, EngineError, GGTuneError
-from app.estimate import MemoryEstimate, estimate
-from app.hardware import Hardware
-from app.results_db import ResultsDB, StoredRun, quick_file_hash
+from app.measured.engine_report import EngineReport
+from app.measured.results_db import ResultsDB, StoredRun, quick_file_hash
+from app.model.spec import ModelSpec
+from app.predict.estimate import MemoryEstimate, estimate
+from app.predict.speed import predict_speed
 from app.settings import Settings
-from app.spec import ModelSpec
-from app.speed import predict_speed
 from runner.benchmark import Benchmark
 from runner.dry_run import DryRun
 from runner.worker import Event, StepEvent
@@ -214,9 +215,9 @@ def benchmark_rows(
 
     Memory: the components of :func:`comparison_rows` against the benchmark's own engine
     report, then the process's resident memory above its pre-load baseline (file-backed:
-    the mapped weights; anonymous: the buffers; :func:`app.bench_result.compare_memory`).
+    the mapped weights; anonymous: the buffers; :func:`app.measured.bench_result.compare_memory`).
     Speed: prompt processing and generation from an empty cache and time to first token,
-    beside :func:`app.speed.predict_speed` for the same sizes.
+    beside :func:`app.predict.speed.predict_speed` for the same sizes.
     """
     rows: list[TableRow] = list(comparison_rows(spec, est, result.engine))
     for gap in compare_memory(est, result):
@@ -347,7 +348,7 @@ _HISTORY_HEADERS: Final = ("Date", "Plan", "Context", "pp tok/s", "tg tok/s", "T
 
 
 class HistoryTableModel(RecordTableModel[StoredRun]):
-    """Past benchmark runs of one model (:class:`app.results_db.StoredRun`), newest first.
+    """Past benchmark runs of one model (:class:`app.measured.results_db.StoredRun`), newest first.
 
     ``Qt.UserRole`` gives the run's id in every column.
     """
@@ -429,7 +430,7 @@ class _BenchJob:
 class BenchmarkThread(QThread):
     """Wait for one benchmark (worker thread); the engine runs in runner's child process.
 
-    Emits ``progress(object)`` per :data:`app.bench_result.BenchProgress`, then exactly one
+    Emits ``progress(object)`` per :data:`app.measured.bench_result.BenchProgress`, then exactly one
     of ``succeeded(BenchmarkOutcome)`` or ``failed(GGTuneError)``. The comparison and
     storing the run in the results database happen here too, off the GUI thread.
     :meth:`cancel` is safe from any thread.

@@ -19,11 +19,11 @@ from PySide6.QtWidgets import QMessageBox
 from pytestqt.modeltest import ModelTester
 from pytestqt.qtbot import QtBot
 
-from app.catalog import CATALOG_DIR, catalog_header, catalog_keys, load_entry
 from app.errors import CatalogError
-from app.estimate import estimate
-from app.library import Library, LibraryIssue
-from app.spec import model_spec
+from app.model.catalog import CATALOG_DIR, catalog_header, catalog_keys, load_entry
+from app.model.spec import model_spec
+from app.predict.estimate import estimate
+from app.sources.library import Library, LibraryIssue
 from tests.ui.desktop.test_main_window import LOAD_TIMEOUT_MS, TEST_HARDWARE, make_window
 from ui.desktop.estimate_controller import fit_settings, simulate_level
 from ui.desktop.export_panel import TARGETS, placeholder_note

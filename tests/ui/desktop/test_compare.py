@@ -1,7 +1,8 @@
 """Compare tab and the memory view's speed line on the real demo model.
 
-Expected numbers come from the core (``app.compare.compare_rows`` over
-``app.planner.quant_options``, ``app.quant.simulate_quant``, ``app.speed.predict_speed``):
+Expected numbers come from the core (``app.planning.compare.compare_rows`` over
+``app.planning.planner.quant_options``, ``app.model.quant.simulate_quant``,
+``app.predict.speed.predict_speed``):
 the window shows what ``ggtune compare`` prints, and nothing else.
 """
 
@@ -16,11 +17,11 @@ from PySide6.QtCore import QSettings, Qt
 from pytestqt.modeltest import ModelTester
 from pytestqt.qtbot import QtBot
 
-from app.compare import compare_rows, repo_rows
-from app.hf import list_repo, read_models
-from app.planner import COMPARE_QUANTS, max_users, quant_options
-from app.quant import simulate_quant
-from app.speed import predict_speed
+from app.model.quant import simulate_quant
+from app.planning.compare import compare_rows, repo_rows
+from app.planning.planner import COMPARE_QUANTS, max_users, quant_options
+from app.predict.speed import predict_speed
+from app.sources.hf import list_repo, read_models
 from tests.fake_hub import REPO, FakeHub
 from tests.ui.desktop.test_main_window import TEST_HARDWARE, make_window
 from ui.desktop.compare_panel import CompareTableModel, compare_table

@@ -1,6 +1,6 @@
 """Download a quant file of a Hugging Face repo from the Compare tab, against the fake hub.
 
-The real :func:`app.hf.download` runs on the job pool and fetches the real demo model from
+The real :func:`app.sources.hf.download` runs on the job pool and fetches the real demo model from
 tests/fake_hub.py (which counts the bytes it sends); only the folder dialog is replaced,
 and the free disk where a test needs a full disk. To cancel at a known point, a test wraps
 the real download so that its worker waits, after its first chunk, until the user cancels.
@@ -26,9 +26,9 @@ from PySide6.QtWidgets import QFileDialog
 from pytestqt.qtbot import QtBot
 
 import ui.desktop.download
-from app.demo_models import SMOLLM
-from app.hf import DownloadProgress, ModelEntry, RepoListing
-from app.library import user_folders
+from app.sources.demo_models import SMOLLM
+from app.sources.hf import DownloadProgress, ModelEntry, RepoListing
+from app.sources.library import user_folders
 from tests.fake_hub import COMMIT, REPO, FakeHub, Served
 from tests.ui.desktop.test_main_window import make_window
 from ui.desktop.compare_panel import ComparePanel, CompareRow
@@ -288,7 +288,8 @@ def test_download_errors_are_one_line(
     panel.set_download_folder(str(folder))
     if problem == "no room":
         monkeypatch.setattr(
-            "app.hf.shutil.disk_usage", lambda _: shutil._ntuple_diskusage(10**12, 10**12, 0)
+            "app.sources.hf.shutil.disk_usage",
+            lambda _: shutil._ntuple_diskusage(10**12, 10**12, 0),
         )
     if problem == "no access":
         hub.fail[f"/{REPO}/resolve/{COMMIT}/demo-Q4_1.gguf"] = (

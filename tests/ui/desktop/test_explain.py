@@ -10,8 +10,8 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QSettings
 from pytestqt.qtbot import QtBot
 
-from app.estimate import estimate
-from app.explain import fmt_bytes
+from app.planning.explain import fmt_bytes
+from app.predict.estimate import estimate
 from tests.ui.desktop.test_main_window import TEST_HARDWARE, make_window
 from ui.desktop.explain_panel import ExplainPanel
 from ui.desktop.main_window import MainWindow

@@ -23,7 +23,7 @@ from app.export.llama_cpp_python import export_llama_cpp_python
 from app.export.llama_server import export_llama_server
 from app.export.lmstudio import export_lmstudio
 from app.export.ollama import export_ollama
-from app.hardware import Hardware
+from app.hardware.devices import Hardware
 from app.settings import Settings
 from ui.desktop.estimate_controller import EstimateController
 from ui.desktop.export_panel import ExportController, ExportPanel

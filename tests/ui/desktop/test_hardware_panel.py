@@ -15,10 +15,10 @@ pytest.importorskip("pytestqt")
 from pytestqt.modeltest import ModelTester
 from pytestqt.qtbot import QtBot
 
-from app.estimate import estimate
-from app.hardware import Hardware
-from app.hardware_probe import HardwareReport, detect
-from app.hardware_profiles import builtin_profiles_dir, compose, load_profiles
+from app.hardware.devices import Hardware
+from app.hardware.probe import HardwareReport, detect
+from app.hardware.profiles import builtin_profiles_dir, compose, load_profiles
+from app.predict.estimate import estimate
 from ui.desktop.estimate_controller import EstimateController
 from ui.desktop.hardware import HardwareController
 from ui.desktop.hardware_panel import (

@@ -13,8 +13,8 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QSettings, QSortFilterProxyModel, Qt
 from pytestqt.modeltest import ModelTester
 
-from app.estimate import estimate
-from app.hardware import Hardware
+from app.hardware.devices import Hardware
+from app.predict.estimate import estimate
 from app.settings import Settings
 from ui.desktop.memory_view import COMPONENTS, MemoryTableModel
 from ui.desktop.model_card import LoadedModel, load_model

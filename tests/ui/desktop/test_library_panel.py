@@ -18,7 +18,14 @@ from PySide6.QtCore import QSettings, Qt
 from pytestqt.modeltest import ModelTester
 from pytestqt.qtbot import QtBot
 
-from app.library import HeaderCache, Library, LibraryEntry, LibraryRoots, scan_library, user_folders
+from app.sources.library import (
+    HeaderCache,
+    Library,
+    LibraryEntry,
+    LibraryRoots,
+    scan_library,
+    user_folders,
+)
 from ui.desktop.models_panel import ModelController, ModelsPanel
 
 MODEL_MEDIA = "application/vnd.ollama.image.model"

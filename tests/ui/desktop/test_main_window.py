@@ -1,6 +1,6 @@
 """The main window on the real demo model: open, move sliders, drop files, fail cleanly.
 
-Expected numbers come from ``app.estimate.estimate`` for the same model, settings and
+Expected numbers come from ``app.predict.estimate.estimate`` for the same model, settings and
 hardware: the window must show exactly what the core computes, and nothing else.
 """
 
@@ -19,8 +19,8 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.estimate import estimate
-from app.hardware import Hardware
+from app.hardware.devices import Hardware
+from app.predict.estimate import estimate
 from app.settings import runner_defaults
 from ui.desktop.estimate_controller import fit_settings
 from ui.desktop.main_window import MainWindow

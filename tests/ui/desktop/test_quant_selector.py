@@ -1,5 +1,5 @@
 """The Settings panel's Quantization combo on the real demo model: the open file's own
-quant, then every level app.quant simulates; the estimate (and so the memory view) follows,
+quant, then every level app.model.quant simulates; the estimate (and so the memory view) follows,
 Recommend's Apply selects a simulated plan's level, and another model resets to the file."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QSettings, Qt
 from pytestqt.qtbot import QtBot
 
-from app.estimate import estimate
-from app.planner import own_quant_name
-from app.quant import QuantResult, simulate_all, simulate_quant
-from app.spec import ModelSpec
+from app.model.quant import QuantResult, simulate_all, simulate_quant
+from app.model.spec import ModelSpec
+from app.planning.planner import own_quant_name
+from app.predict.estimate import estimate
 from tests.ui.desktop.test_main_window import LOAD_TIMEOUT_MS, TEST_HARDWARE, make_window
 from ui.desktop.main_window import MainWindow
 from ui.desktop.memory_view import COMPONENTS

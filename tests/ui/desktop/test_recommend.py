@@ -1,4 +1,4 @@
-"""Recommend tab on the real demo model: the plan is app.planner's, Apply sets the sliders,
+"""Recommend tab on the real demo model: the plan is app.planning.planner's, Apply sets the sliders,
 Cancel drops the answer, errors are a banner."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from PySide6.QtCore import QSettings, Qt
 from pytestqt.qtbot import QtBot
 
 from app.errors import GGTuneError
-from app.estimate import estimate
-from app.planner import COMPARE_QUANTS, Goal, quant_options, recommend
+from app.planning.planner import COMPARE_QUANTS, Goal, quant_options, recommend
+from app.predict.estimate import estimate
 from tests.ui.desktop.test_main_window import TEST_HARDWARE, make_window
 from ui.desktop.estimate_controller import fit_settings
 from ui.desktop.main_window import MainWindow

@@ -17,9 +17,9 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
-from app.bench_result import BenchPlan
-from app.hardware import Hardware
-from app.results_db import ResultsDB, quick_file_hash
+from app.hardware.devices import Hardware
+from app.measured.bench_result import BenchPlan
+from app.measured.results_db import ResultsDB, quick_file_hash
 from ui.desktop.main_window import MainWindow
 from ui.desktop.verify_panel import ComparisonRow, SpeedRow
 

@@ -4,7 +4,7 @@ One file, ``results.sqlite3`` in the user data dir (``platformdirs.user_data_dir
 ("ggtune")``: ``~/.local/share/ggtune`` on Linux). Each row holds the hardware
 fingerprint, the model's name and fast file hash, the settings, the llama.cpp build, the
 headline figures (pp/tg tok/s, TTFT, peak RSS) as columns for queries, the whole
-:func:`~app.bench_result.result_to_dict` as JSON, and the date. It is the history users
+:func:`~app.measured.bench_result.result_to_dict` as JSON, and the date. It is the history users
 compare runs with, and the data the speed model calibrates from.
 
 Safety rules:
@@ -43,8 +43,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from app.bench_result import BenchResult, MachineInfo, result_to_dict
 from app.errors import ResultsDBError
+from app.measured.bench_result import BenchResult, MachineInfo, result_to_dict
 
 T = TypeVar("T")
 

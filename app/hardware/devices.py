@@ -62,29 +62,3 @@ class Hardware:
         """
         gpus = tuple(Device(f"CUDA{i}", "gpu", b) for i, b in enumerate(gpu_bytes))
         return cls(host=Device("CPU", "host", ram_bytes, cpu_flags=cpu_flags), gpus=gpus)
-
-
-def local_cpu_flags() -> tuple[str, ...]:
-    """Return the ISA features of this machine's CPU that matter to llama.cpp.
-
-    Linux: the ``flags``/``Features`` lines of /proc/cpuinfo; macOS on Apple Silicon:
-    NEON, dot product and (M2 and later) i8mm via sysctl. Unknown elsewhere (empty).
-    See :func:`app.hardware_probe.host_cpu_flags`.
-    """
-    from app.hardware_probe import host_cpu_flags
-
-    return host_cpu_flags()
-
-
-def local_hardware(*, measure_bandwidth: bool = False) -> Hardware:
-    """Return this machine as the hardware probes see it: the host and its GPUs.
-
-    The host's RAM comes from psutil (available memory as free); NVIDIA GPUs from NVML,
-    AMD GPUs from sysfs (Linux), a Mac's GPU from sysctl, with the share of unified memory
-    Metal lets the GPU wire as its capacity. A probe that fails leaves its devices out;
-    :func:`app.hardware_probe.detect` says why. The host's bandwidth is the cached
-    measurement (``measure_bandwidth=True`` measures it, ≤ 2 s, when none is cached).
-    """
-    from app.hardware_probe import detect
-
-    return detect(measure_bandwidth=measure_bandwidth).to_hardware()

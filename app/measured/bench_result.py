@@ -26,8 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from app.engine_report import EngineReport
-from app.estimate import MemoryEstimate
+from app.measured.engine_report import EngineReport
+from app.predict.estimate import MemoryEstimate
 from app.settings import Settings
 
 BenchMode = Literal["quick", "thorough", "custom"]
@@ -484,7 +484,7 @@ def result_to_dict(result: BenchResult) -> dict[str, Any]:
     """Return ``result`` as JSON-ready data; the key names are a stable interface.
 
     Speeds carry ``tok_per_s`` and ``tok_per_s_sd`` beside the raw seconds; the engine
-    report is :meth:`~app.engine_report.EngineReport.to_dict` (without the log).
+    report is :meth:`~app.measured.engine_report.EngineReport.to_dict` (without the log).
     """
     data: dict[str, Any] = {
         "model_path": result.model_path,

@@ -1,7 +1,7 @@
 """What happens between prompt and answer, in plain words, with one model's own numbers.
 
 :func:`explain_facts` gathers the numbers (every memory figure is the estimator's own:
-:func:`app.estimate.estimate` for the settings, and for the "what if" figures the same
+:func:`app.predict.estimate.estimate` for the settings, and for the "what if" figures the same
 function with one setting changed); :func:`explain_model` turns them into
 :class:`Section` objects (a title, a few paragraphs, the key numbers with their units) for
 a reader with no machine-learning background. Both are pure and fast (a few estimates, no
@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from app.errors import GGTuneError
-from app.estimate import MemoryEstimate, estimate
-from app.hardware import Hardware
-from app.planner import fmt_tps, own_quant_name
+from app.hardware.devices import Hardware
+from app.model.spec import ModelSpec
+from app.planning.planner import fmt_tps, own_quant_name
+from app.predict.estimate import MemoryEstimate, estimate
+from app.predict.speed import SpeedFactors, predict_speed, workload
 from app.settings import CacheType, Settings
-from app.spec import ModelSpec
-from app.speed import SpeedFactors, predict_speed, workload
 
 KIB: Final = 1024
 MIB: Final = 1024 * KIB

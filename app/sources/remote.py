@@ -2,7 +2,7 @@
 
 :class:`RemoteFile` is a seekable, read-only binary file object over a URL: every read that
 misses its buffer fetches one block with ``Range: bytes=a-b`` (1 MiB, doubling up to 8 MiB
-while reads stay sequential), so :func:`app.gguf_reader.read_header` plugs straight in and
+while reads stay sequential), so :func:`app.model.gguf_reader.read_header` plugs straight in and
 fetches the header plus at most one block. A server that answers a range request with the
 whole file (HTTP 200) is refused rather than downloaded.
 
@@ -56,7 +56,7 @@ from app.errors import (
     RemoteNotFoundError,
     RemoteUnavailableError,
 )
-from app.gguf_reader import Header, read_header
+from app.model.gguf_reader import Header, read_header
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer

@@ -13,8 +13,8 @@ Files are grouped into models (the shards ``name-0000k-of-0000n.gguf`` of a spli
 join into one) labelled with the quant level parsed from the name (``Q4_K_M``, ``IQ4_XS``,
 ``BF16``, ...); vision projectors (``mmproj``) and imatrix files are set aside.
 :func:`read_models` reads every model's header with range requests only
-(:mod:`app.remote`; all shards, each header cached on disk by its sha256), so
-:func:`app.spec.model_spec` and :func:`app.estimate.estimate` can say what fits before
+(:mod:`app.sources.remote`; all shards, each header cached on disk by its sha256), so
+:func:`app.model.spec.model_spec` and :func:`app.predict.estimate.estimate` can say what fits before
 anything is downloaded. :func:`download` fetches one model (all shards) with progress,
 cancel, resume, a free-disk check and sha256 verification, into the Hugging Face cache
 layout (``models--org--name/blobs/<sha256>`` + ``snapshots/<commit>/<file>`` symlinks, as
@@ -60,8 +60,8 @@ from app.errors import (
     RemoteUnavailableError,
     SplitModelError,
 )
-from app.gguf_reader import Header, ModelFile, TensorInfo
-from app.remote import BLOCK_BYTES, is_url, open_url, read_remote_header
+from app.model.gguf_reader import Header, ModelFile, TensorInfo
+from app.sources.remote import BLOCK_BYTES, is_url, open_url, read_remote_header
 
 __all__ = [
     "DownloadProgress",
@@ -147,7 +147,7 @@ def _token_for(url: str) -> str | None:
 
 def hub_cache_dir() -> Path:
     """Return the Hugging Face cache the library scans (``$HF_HUB_CACHE``, ...)."""
-    from app.library import default_roots
+    from app.sources.library import default_roots
 
     hub = default_roots().huggingface_hub
     assert hub is not None, "default_roots always names a Hugging Face cache"
@@ -492,7 +492,7 @@ def _per_file(err: GGTuneError) -> bool:
 def join_shards(headers: tuple[Header, ...]) -> ModelFile:
     """Join the headers of a model's files (one, or every shard in order) into a ModelFile.
 
-    Checks what :func:`app.gguf_reader.read_model` checks of local shards: ``split.no``
+    Checks what :func:`app.model.gguf_reader.read_model` checks of local shards: ``split.no``
     and ``split.count`` of each, and the tensor count against ``split.tensors.count``.
     """
     assert headers, "a model has at least one file"

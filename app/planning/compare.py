@@ -1,11 +1,11 @@
 """Quant levels side by side: the rows of ``ggtune compare`` and of the desktop Compare tab.
 
-:func:`compare_rows` works out one plain-data row per :class:`~app.planner.QuantOption` of
+:func:`compare_rows` works out one plain-data row per :class:`~app.planning.planner.QuantOption` of
 one model (the file and the levels simulated from it) at some settings: file size,
-bits/weight, memory per device with the most GPU layers that fit (:mod:`app.estimate`),
-whether it fits, predicted tok/s (:mod:`app.speed`) and the quality loss against FP16
-(:mod:`app.quality`). :func:`repo_rows` does the same for every quant file of a Hugging
-Face repo from the headers :func:`app.hf.read_models` read over HTTP (nothing downloaded),
+bits/weight, memory per device with the most GPU layers that fit (:mod:`app.predict.estimate`),
+whether it fits, predicted tok/s (:mod:`app.predict.speed`) and the quality loss against FP16
+(:mod:`app.model.quality`). :func:`repo_rows` does the same for every quant file of a Hugging
+Face repo from the headers :func:`app.sources.hf.read_models` read over HTTP (nothing downloaded),
 with ``origin`` ``"hub"``; a file whose header could not be read (or whose settings the
 estimator refuses) gets a row carrying its ``error`` and no numbers. :func:`is_repo` says
 whether a model argument names a repo rather than a file or ``catalog:NAME``.
@@ -27,12 +27,12 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from app.errors import GGTuneError
-from app.hardware import Hardware
-from app.hf import RemoteModel, RepoListing, hub_endpoint, parse_repo
-from app.planner import QuantOption, fit_layers, own_quant_name, quality_cost
+from app.hardware.devices import Hardware
+from app.model.spec import ModelSpec, model_spec
+from app.planning.planner import QuantOption, fit_layers, own_quant_name, quality_cost
+from app.predict.speed import SpeedFactors, predict_speed
 from app.settings import Settings
-from app.spec import ModelSpec, model_spec
-from app.speed import SpeedFactors, predict_speed
+from app.sources.hf import RemoteModel, RepoListing, hub_endpoint, parse_repo
 
 __all__ = ["HUB_ORIGIN", "compare_rows", "hub_options", "is_repo", "option_row", "repo_rows"]
 
@@ -51,7 +51,7 @@ def option_row(
 ) -> dict[str, Any]:
     """Return the plain-data row of one quant option at ``settings`` (most GPU layers that
     fit; ``kld_nearest`` from the measured ``options`` nearest in bits/weight)."""
-    from app.estimate import estimate
+    from app.predict.estimate import estimate
 
     placed = fit_layers(o.spec, settings, hardware) or settings
     est = estimate(o.spec, placed, hardware)
@@ -119,7 +119,7 @@ def is_repo(text: str) -> bool:
 
 
 def _quality_of() -> Any:
-    from app.quality import load_quality, weight_quality
+    from app.model.quality import load_quality, weight_quality
 
     table = load_quality()
 
@@ -136,7 +136,7 @@ def hub_options(
     """Return (model, its quant option or None, error or None) per remote model, in order.
 
     The quant is the label in the file name (``UD-`` dropped for the quality table), else
-    the header's ``general.file_type``; quality comes from :mod:`app.quality` by that label.
+    the header's ``general.file_type``; quality comes from :mod:`app.model.quality` by that label.
     """
     quality = _quality_of()
     out: list[tuple[RemoteModel, QuantOption | None, str | None]] = []

@@ -3,7 +3,7 @@
 :func:`detect` runs the probes and returns a :class:`HardwareReport`: what was found, and
 for every probe that found nothing or failed, why (``"unknown: NVML Shared Library Not
 Found"``). :meth:`HardwareReport.to_hardware` turns it into the estimator's
-:class:`~app.hardware.Hardware`.
+:class:`~app.hardware.devices.Hardware`.
 
 The probes, each usable alone and each pointed at its source so tests can build one:
 
@@ -45,10 +45,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
-from app.hardware import Device, Hardware
+from app.hardware.devices import Device, Hardware
 
 if TYPE_CHECKING:
-    from app.hardware_profiles import ProfileSet
+    from app.hardware.profiles import ProfileSet
 
 T = TypeVar("T")
 
@@ -606,10 +606,10 @@ def probe_apple(
     ``sysctl -n machdep.cpu.brand_string`` names the chip ("Apple M2 Max"),
     ``hw.memsize`` is the memory; the GPU may wire ``iogpu.wired_limit_mb`` MiB when that
     is set (macOS 14 and later; ``debug.iogpu.wired_limit`` in bytes before), otherwise
-    Metal's default (:func:`app.hardware_profiles.metal_default_working_set_bytes`).
+    Metal's default (:func:`app.hardware.profiles.metal_default_working_set_bytes`).
     Bandwidth and FP16 rate come from the chip's profile; GPU cores from ``ioreg``.
     """
-    from app.hardware_profiles import (
+    from app.hardware.profiles import (
         METAL_SMALL_MEMORY_BYTES,
         apple_profile,
         metal_default_working_set_bytes,
@@ -648,7 +648,7 @@ def probe_apple(
     bandwidth = fp16 = None
     bw_source = ""
     if profiles is None:
-        from app.hardware_profiles import load_profiles
+        from app.hardware.profiles import load_profiles
 
         profiles = load_profiles(include_user=False)
     prof = apple_profile(profiles, chip, cores)
@@ -1065,6 +1065,28 @@ def detect(
 
 
 def _builtin_profiles() -> ProfileSet:
-    from app.hardware_profiles import load_profiles
+    from app.hardware.profiles import load_profiles
 
     return load_profiles(include_user=False)
+
+
+def local_cpu_flags() -> tuple[str, ...]:
+    """Return the ISA features of this machine's CPU that matter to llama.cpp.
+
+    Linux: the ``flags``/``Features`` lines of /proc/cpuinfo; macOS on Apple Silicon:
+    NEON, dot product and (M2 and later) i8mm via sysctl. Unknown elsewhere (empty).
+    See :func:`app.hardware.probe.host_cpu_flags`.
+    """
+    return host_cpu_flags()
+
+
+def local_hardware(*, measure_bandwidth: bool = False) -> Hardware:
+    """Return this machine as the hardware probes see it: the host and its GPUs.
+
+    The host's RAM comes from psutil (available memory as free); NVIDIA GPUs from NVML,
+    AMD GPUs from sysfs (Linux), a Mac's GPU from sysctl, with the share of unified memory
+    Metal lets the GPU wire as its capacity. A probe that fails leaves its devices out;
+    :func:`app.hardware.probe.detect` says why. The host's bandwidth is the cached
+    measurement (``measure_bandwidth=True`` measures it, ≤ 2 s, when none is cached).
+    """
+    return detect(measure_bandwidth=measure_bandwidth).to_hardware()

@@ -1,10 +1,10 @@
 """Pick settings for a goal: longest context, fastest, best quality, or N users at X tok/s.
 
 The planner searches what a user can change — quant level (the file they have and
-simulated ones, :mod:`app.quant`), context, GPU layers, K/V cache types, flash attention,
+simulated ones, :mod:`app.model.quant`), context, GPU layers, K/V cache types, flash attention,
 parallel slots and unified KV, MoE experts on the CPU, tensor split over several GPUs —
-with :func:`app.estimate.estimate` for memory and :func:`app.speed.predict_speed` for
-speed, and says why in plain words (:func:`explain`), with the runner-up it beat.
+with :func:`app.predict.estimate.estimate` for memory and :func:`app.predict.speed.predict_speed`
+for speed, and says why in plain words (:func:`explain`), with the runner-up it beat.
 
 Memory is monotonic in context and in GPU layers (tests/app/test_planner.py checks it), so
 both are binary searches: a typical model plans in a few hundred milliseconds.
@@ -16,13 +16,13 @@ layer on them rank first for every goal: a layer in system RAM costs far more sp
 any quant or cache type saves (the explanation shows how much).
 
 A **speculative draft model** (``Goal(draft=spec)``) is budgeted in the memory of every
-plan: :func:`app.estimate.estimate` of the draft with the target's settings (same context,
+plan: :func:`app.predict.estimate.estimate` of the draft with the target's settings (same context,
 cache types, flash attention, slots, tensor split) but its own ``-ngld`` — every layer on
 the GPUs when the target keeps all of its layers there, else none — placed on the same
 devices. A simplification: llama-server gives the draft its own context and placement,
 which this does not search. Its speed-up is the standard formula (Leviathan et al. 2023):
 a target step with ``k`` drafted tokens yields ``(1 − α^(k+1))/(1 − α)`` tokens for an
-acceptance rate ``α`` and costs ``k·t_draft + t_target`` (:mod:`app.speed`). α is 0.7
+acceptance rate ``α`` and costs ``k·t_draft + t_target`` (:mod:`app.predict.speed`). α is 0.7
 unless given; it depends on how alike the two models are. The draft is recommended only
 when it decodes ≥ 2.5× faster than the target and the predicted speed-up is above 1.1
 (REFERENCE.md §6); :attr:`Recommendation.draft` says why either way.
@@ -58,7 +58,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
 from app.errors import GGTuneError, SettingsError
-from app.estimate import (
+from app.export.llama_server import llama_server_argv
+from app.hardware.devices import Device, Hardware
+from app.model.spec import ModelSpec
+from app.predict.estimate import (
     REPACK_NOTE_BYTES,
     DeviceEstimate,
     MemoryEstimate,
@@ -66,11 +69,7 @@ from app.estimate import (
     place_layers,
     repacked_bytes,
 )
-from app.export.llama_server import llama_server_argv
-from app.hardware import Device, Hardware
-from app.settings import ALL_LAYERS, CacheType, Settings
-from app.spec import ModelSpec
-from app.speed import (
+from app.predict.speed import (
     DEFAULT_DRAFT_ACCEPTANCE,
     MIN_DRAFT_SPEED_RATIO,
     MIN_DRAFT_SPEEDUP,
@@ -83,6 +82,7 @@ from app.speed import (
     predict_speed,
     with_network,
 )
+from app.settings import ALL_LAYERS, CacheType, Settings
 
 GIB: Final = 1024**3
 MIB: Final = 1024**2
@@ -172,14 +172,14 @@ Quality = Callable[[str], tuple[float, float, str] | None]
 
 
 def _real_simulate(spec: ModelSpec, ftype: str) -> tuple[ModelSpec, int, bool]:
-    from app.quant import simulate_quant
+    from app.model.quant import simulate_quant
 
     result = simulate_quant(spec, ftype)
     return result.spec, result.file_bytes, result.needs_imatrix
 
 
 def _real_quality() -> Quality:
-    from app.quality import load_quality, weight_quality
+    from app.model.quality import load_quality, weight_quality
 
     table = load_quality()
 
@@ -192,7 +192,7 @@ def _real_quality() -> Quality:
 
 def own_quant_name(spec: ModelSpec) -> str:
     """Return the llama.cpp file type name of ``spec`` (``general.file_type``), or "file"."""
-    from app.quant import FILE_TYPES
+    from app.model.quant import FILE_TYPES
 
     for ft in FILE_TYPES:
         if ft.ftype == spec.file_type:
@@ -210,8 +210,8 @@ def quant_options(
 ) -> tuple[QuantOption, ...]:
     """Return the user's own quant and each of ``names`` simulated, largest first.
 
-    ``simulate`` is :func:`app.quant.simulate_quant` by default (None: the file alone);
-    ``quality`` defaults to :func:`app.quality.weight_quality` on the shipped table. A
+    ``simulate`` is :func:`app.model.quant.simulate_quant` by default (None: the file alone);
+    ``quality`` defaults to :func:`app.model.quality.weight_quality` on the shipped table. A
     quant llama.cpp cannot make from this model is left out.
     """
     quality = quality if quality is not None else _real_quality()

@@ -24,7 +24,7 @@ Example::
     models = ensure_demo_models()   # downloads on the first call, then instant
     models.gemma                    # Path to gemma-3-270m-q4_k_m.gguf
 
-    $ python -m app.demo_models     # prints "smollm: <path>" and "gemma: <path>"
+    $ python -m app.sources.demo_models     # prints "smollm: <path>" and "gemma: <path>"
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ REFERENCE.md §6 as defaults and a fit to the user's own benchmark runs on top:
   prompts); tests/app/test_speed.py checks the shape against those figures.
 
 :func:`calibrate` fits the efficiency factors to measurements (``ggtune bench`` runs on
-this machine, from :mod:`app.results_db`) and returns new :class:`SpeedFactors`; with no
+this machine, from :mod:`app.measured.results_db`) and returns new :class:`SpeedFactors`; with no
 measurements it returns the defaults. Example::
 
     factors = calibrate(measurements)              # or SpeedFactors() for the defaults
@@ -45,7 +45,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from app.estimate import (
+from app.hardware.devices import Device, Hardware
+from app.model.spec import ModelSpec
+from app.predict.estimate import (
     check_cache_types,
     # the estimator's own placement, so speed and memory always agree on where tensors are
     place_layers,
@@ -53,9 +55,7 @@ from app.estimate import (
     row_bytes,
     tensor_device,
 )
-from app.hardware import Device, Hardware
 from app.settings import Settings
-from app.spec import ModelSpec
 
 SpeedKind = Literal["pp", "tg"]
 DeviceClass = Literal["gpu", "host", "unified"]
@@ -205,7 +205,7 @@ def workload(
 ) -> Workload:
     """Return the per-device work of ``spec`` run with ``settings`` on ``hardware``.
 
-    Tensors land where :func:`app.estimate.estimate` puts them (same placement code).
+    Tensors land where :func:`app.predict.estimate.estimate` puts them (same placement code).
     Raises :class:`~app.errors.SettingsError` for settings llama.cpp refuses.
     """
     factors = factors or SpeedFactors()
@@ -698,7 +698,7 @@ def settings_from_dict(data: Mapping[str, Any]) -> Settings:
 def measurements_from_record(
     record: Mapping[str, Any], spec: ModelSpec, hardware: Hardware, *, model_key: str = ""
 ) -> tuple[SpeedMeasurement, ...]:
-    """Return the speeds of one stored run (:func:`app.bench_result.result_to_dict`).
+    """Return the speeds of one stored run (:func:`app.measured.bench_result.result_to_dict`).
 
     ``spec`` is the run's model and ``hardware`` this machine (the run's own hardware
     fingerprint matched it). Each pp/tg test becomes one measurement.

@@ -1,6 +1,6 @@
 """What a model would become at each llama.cpp quant level, tensor by tensor, to the byte.
 
-:func:`simulate_quant` takes any :class:`~app.spec.ModelSpec` (whatever its own quant) and
+:func:`simulate_quant` takes any :class:`~app.model.spec.ModelSpec` (whatever its own quant) and
 returns the :class:`QuantResult` of quantizing it with ``llama_model_quantize`` to one
 llama.cpp file type: every tensor's new ggml type and size, the file size, the bits per
 weight, whether llama.cpp demands an importance matrix, and a new ``ModelSpec`` the
@@ -46,7 +46,7 @@ from enum import Enum
 from typing import Final
 
 from app.errors import QuantError
-from app.spec import ModelSpec, TensorSpec
+from app.model.spec import ModelSpec, TensorSpec
 
 __all__ = [
     "FILE_TYPES",
@@ -92,7 +92,7 @@ def _types(*rows: tuple[int, str, int, int]) -> dict[int, GgmlType]:
     return {r[0]: GgmlType(*r) for r in rows}
 
 
-# Names as gguf-py's GGMLQuantizationType spells them (what app.gguf_reader reports).
+# Names as gguf-py's GGMLQuantizationType spells them (what app.model.gguf_reader reports).
 GGML_TYPES: Final = _types(
     (0, "F32", 1, 4),
     (1, "F16", 1, 2),

@@ -1,7 +1,7 @@
 """Where every byte goes: weights, KV cache, recurrent state and buffers, per device.
 
-:func:`estimate` is a pure function of a :class:`~app.spec.ModelSpec`, the run
-:class:`~app.settings.Settings` and the :class:`~app.hardware.Hardware`. It follows the
+:func:`estimate` is a pure function of a :class:`~app.model.spec.ModelSpec`, the run
+:class:`~app.settings.Settings` and the :class:`~app.hardware.devices.Hardware`. It follows the
 llama.cpp vendored in the pinned llama-cpp-python (commit in docs/engine.md); each rule cites
 the source file it comes from. Weights, KV cache and recurrent state are exact; compute
 buffers come from a model of llama.cpp's worst-case graph reservation, checked against the
@@ -18,9 +18,9 @@ from typing import Final, Literal, TypeVar
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from app.errors import SettingsError
-from app.hardware import Device, DeviceKind, Hardware
+from app.hardware.devices import Device, DeviceKind, Hardware
+from app.model.spec import ModelSpec, TensorRole, TensorSpec
 from app.settings import CacheType, Settings
-from app.spec import ModelSpec, TensorRole, TensorSpec
 
 _T = TypeVar("_T")
 

@@ -8,7 +8,7 @@ and the field.
 
 A profile is a GPU (``kind = "gpu"``), a whole unified-memory machine (``"unified"``:
 Apple Silicon, DGX Spark) or a CPU-only host (``"host"``). :func:`compose` turns what a
-user types into an :class:`~app.hardware.Hardware`::
+user types into an :class:`~app.hardware.devices.Hardware`::
 
     compose("rtx-3090")                      # one GPU; the host is this machine's
     compose("2x rtx-3090 + 64 GB DDR5")      # CUDA0, CUDA1, 64 GiB of DDR5 RAM
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from app.errors import HardwareProfileError
-from app.hardware import Device, Hardware
+from app.hardware.devices import Device, Hardware
 from app.paths import data_dir
 
 GIB: Final = 1024**3

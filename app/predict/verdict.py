@@ -1,6 +1,6 @@
 """Say in plain words whether an estimate fits: the sentence above the memory bars.
 
-:func:`verdict` reads a :class:`~app.estimate.MemoryEstimate` and nothing else, so the
+:func:`verdict` reads a :class:`~app.predict.estimate.MemoryEstimate` and nothing else, so the
 desktop app, the CLI and tests get the same words for the same numbers. Sizes are in
 binary units (GiB, MiB: what llama.cpp prints and what ``--gpu-mem`` takes), one decimal.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from app.estimate import DeviceEstimate, MemoryEstimate
+from app.predict.estimate import DeviceEstimate, MemoryEstimate
 
 GIB: Final = 1024**3
 MIB: Final = 1024**2

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 
 from app.errors import GGTuneError
-from app.gguf_reader import read_model
-from app.hardware import Hardware
-from app.spec import ModelSpec, model_spec
-from app.speed import SpeedFactors, SpeedMeasurement, calibrate, measurements_from_record
+from app.hardware.devices import Hardware
+from app.model.gguf_reader import read_model
+from app.model.spec import ModelSpec, model_spec
+from app.predict.speed import SpeedFactors, SpeedMeasurement, calibrate, measurements_from_record
 
 GIB = 1024**3
 
@@ -27,8 +27,8 @@ def machine_factors(
     number of GPUs match (the fingerprint's GPU names come from llama.cpp, which is not
     started for this). Runs of ``spec``'s own file also fit a per-model correction.
     """
-    from app.hardware_probe import probe_host
-    from app.results_db import ResultsDB
+    from app.hardware.probe import probe_host
+    from app.measured.results_db import ResultsDB
 
     try:
         db = ResultsDB(db_path) if db_path else ResultsDB()

@@ -29,8 +29,8 @@ experts are published in MXFP4 and kept so by the converter).
 by per-architecture templates that follow ``load_arch_tensors`` in the vendored llama.cpp
 (``src/models/<arch>.cpp``) and the converter's type rules (``conversion/base.py``
 ``prepare_tensors``: 1-D tensors, norms, biases and routers stay F32). :func:`catalog_header`
-wraps the result in an object that satisfies :class:`app.spec.HeaderLike`, so a catalog
-model goes through the same :func:`app.spec.model_spec` path as a real file::
+wraps the result in an object that satisfies :class:`app.model.spec.HeaderLike`, so a catalog
+model goes through the same :func:`app.model.spec.model_spec` path as a real file::
 
     spec = model_spec(catalog_header("qwen3-8b"))
     spec.n_params          # 8_190_735_360
@@ -53,8 +53,8 @@ from typing import Final, Literal
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
 from app.errors import CatalogError
+from app.model.spec import ModelSpec
 from app.paths import data_dir
-from app.spec import ModelSpec
 
 __all__ = [
     "CATALOG_DIR",
@@ -120,7 +120,7 @@ class CatalogTensor:
 
 @dataclass(frozen=True, slots=True)
 class CatalogHeader:
-    """A generated GGUF header; satisfies :class:`app.spec.HeaderLike`."""
+    """A generated GGUF header; satisfies :class:`app.model.spec.HeaderLike`."""
 
     path: str
     metadata: Mapping[str, object]

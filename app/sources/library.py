@@ -45,10 +45,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
 from app.errors import GGTuneError
-from app.ollama_api import RunningModel
+from app.sources.ollama_api import RunningModel
 
 if TYPE_CHECKING:
-    from app.hardware import Hardware
+    from app.hardware.devices import Hardware
 
 __all__ = [
     "HeaderCache",
@@ -138,8 +138,8 @@ def default_roots(
     config_path: Path | None = None,
 ) -> LibraryRoots:
     """Return this machine's stores, as each runner locates its own."""
-    from app.demo_models import models_dir
     from app.export.lmstudio import default_lmstudio_home
+    from app.sources.demo_models import models_dir
 
     env = os.environ if env is None else env
     home = home or Path.home()
@@ -291,7 +291,7 @@ def _facts_from_json(d: Mapping[str, object]) -> _HeaderFacts:
 
 
 def _read_facts(path: str) -> _HeaderFacts:
-    from app.gguf_reader import read_header
+    from app.model.gguf_reader import read_header
 
     header = read_header(path, max_inline_array=0)
     arch = header.get("general.architecture")
@@ -583,7 +583,7 @@ class OllamaComparison:
     """What Ollama did with a loaded model beside ggtune's estimate for the same settings.
 
     Bytes throughout; ``ollama_*`` from ``/api/ps``, ``ggtune_*`` from
-    :func:`~app.estimate.estimate` with Ollama's settings (``context_length`` per slot ×
+    :func:`~app.predict.estimate.estimate` with Ollama's settings (``context_length`` per slot ×
     ``num_parallel``, ``num_batch`` and ``num_gpu`` from ``/api/show`` when given).
     """
 
@@ -607,11 +607,11 @@ def compare_with_ollama(
     hardware: Hardware | None = None,
 ) -> OllamaComparison:
     """Estimate ``model_path`` with the settings Ollama used for ``running``."""
-    from app.estimate import estimate
-    from app.gguf_reader import read_model
-    from app.hardware import local_hardware
+    from app.hardware.probe import local_hardware
+    from app.model.gguf_reader import read_model
+    from app.model.spec import model_spec
+    from app.predict.estimate import estimate
     from app.settings import ALL_LAYERS, runner_defaults
-    from app.spec import model_spec
 
     hw = hardware or local_hardware()
     spec = model_spec(read_model(model_path))

@@ -1,0 +1,1 @@
+"""What the real engine reported and measured, the benchmark history, and the fit to it."""

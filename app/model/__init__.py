@@ -1,0 +1,1 @@
+"""What a model is: the GGUF header, the spec llama.cpp sees, the catalog, quant levels, quality."""

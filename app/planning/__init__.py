@@ -1,0 +1,1 @@
+"""Choosing settings: the planner, the rows of Compare, and Explain's plain words."""
