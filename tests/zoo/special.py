@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -113,6 +113,8 @@ class _Model:
     tensors: dict[str, Shape] = field(default_factory=dict)
     #: tensor name -> constant fill (others are random); norms default to 1
     fill: dict[str, float] = field(default_factory=dict)
+    #: tensors kept F32 although _F32 does not name them (element-wise weights)
+    f32: set[str] = field(default_factory=set)
 
     def add(self, name: str, *ne: int, fill: float | None = None) -> None:
         assert name not in self.tensors, name
@@ -127,13 +129,13 @@ class _Model:
 _F32 = re.compile(r"norm|ssm_conv1d|ssm_[ad]$|lerp|time_mix_first|shortconv\.conv|ffn_gate_inp")
 
 
-def _dtype(name: str, ne: Shape) -> np.dtype[Any]:
-    return np.dtype(np.float32 if len(ne) == 1 or _F32.search(name) else np.float16)
+def _dtype(name: str, ne: Shape, f32: Container[str] = ()) -> np.dtype[Any]:
+    return np.dtype(np.float32 if len(ne) == 1 or name in f32 or _F32.search(name) else np.float16)
 
 
 def _data(model: _Model, name: str, ne: Shape, rng: np.random.Generator) -> np.ndarray[Any, Any]:
     shape = tuple(reversed(ne))  # numpy order is the reverse of ggml's ne
-    dtype = _dtype(name, ne)
+    dtype = _dtype(name, ne, model.f32)
     if name in model.fill:
         return np.full(shape, model.fill[name], dtype=dtype)
     if name.endswith(".weight") and ("norm" in name or name.endswith("_ln.weight")):
@@ -165,8 +167,10 @@ def _add_kv(writer: gguf.GGUFWriter, key: str, value: Any) -> None:
 def _write(model: _Model, path: Path) -> None:
     """Write ``model`` (metadata, tokenizer, tensors) as a GGUF file at ``path``."""
     arch = model.arch
-    (arch_enum,) = (a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == arch)
-    allowed = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS[arch_enum]}
+    # gguf-py lists each architecture's tensors; newer ones (deepseek32) it does not know
+    # yet, and then llama.cpp's loader alone checks the names (it refuses extra tensors)
+    arch_enums = [a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == arch]
+    allowed = {gguf.TENSOR_NAMES[t] for a in arch_enums for t in gguf.MODEL_TENSORS[a]}
     tok = _TOKENIZER
     kv: dict[str, Any] = {
         K.General.NAME: f"ggtune-zoo-{arch}",
@@ -190,8 +194,10 @@ def _write(model: _Model, path: Path) -> None:
         _add_kv(writer, key.format(arch=arch), value)
     rng = np.random.default_rng(zlib.crc32(arch.encode()))
     for name, ne in model.tensors.items():
-        base = re.sub(r"^blk\.\d+\.", "blk.{bid}.", re.sub(r"\.(weight|bias)$", "", name))
-        if base not in allowed:
+        base = re.sub(
+            r"^((?:enc\.|dec\.)?blk)\.\d+\.", r"\1.{bid}.", re.sub(r"\.(weight|bias)$", "", name)
+        )
+        if arch_enums and base not in allowed:
             raise ValueError(f"{arch}: tensor {name} is not a {arch} tensor in gguf-py")
         writer.add_tensor(name, _data(model, name, ne, rng))
     writer.write_header_to_file()
