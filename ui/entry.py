@@ -11,7 +11,7 @@
 * ``--selftest [--model PATH]``: open the main window offscreen on the demo model (or
   ``PATH``), estimate, dry-run llama.cpp in the child process, print what happened and
   exit 0, or non-zero with the reason on the last line;
-* anything else: the command line (:func:`ui.cli.run`), e.g. ``ggtune estimate MODEL``.
+* anything else: the command line (:func:`ui.cli.main.run`), e.g. ``ggtune estimate MODEL``.
 
 :func:`main` calls :func:`multiprocessing.freeze_support` before anything else: in a
 frozen bundle the runner's ``spawn`` children start this same executable, and that call
@@ -72,7 +72,7 @@ def dispatch(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    from ui.cli import run
+    from ui.cli.main import run
 
     return run(args)
 

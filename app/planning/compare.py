@@ -10,7 +10,7 @@ with ``origin`` ``"hub"``; a file whose header could not be read (or whose setti
 estimator refuses) gets a row carrying its ``error`` and no numbers. :func:`is_repo` says
 whether a model argument names a repo rather than a file or ``catalog:NAME``.
 
-Pure: no Qt, no printing; the CLI (ui/cli_plan.py) and the desktop (ui/desktop/
+Pure: no Qt, no printing; the CLI (ui/cli/plan.py) and the desktop (ui/desktop/
 compare_panel.py) format these rows.
 
 Example::

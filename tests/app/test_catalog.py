@@ -422,7 +422,7 @@ def test_layer_names_are_contiguous() -> None:
 
 
 def test_cli_takes_a_catalog_model(capsys: pytest.CaptureFixture[str]) -> None:
-    from ui.cli import run
+    from ui.cli.main import run
 
     assert run(["inspect", "catalog:gpt-oss-20b", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -437,11 +437,12 @@ def test_cli_takes_a_catalog_model(capsys: pytest.CaptureFixture[str]) -> None:
 def test_catalog_command_lists_every_entry(capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
-    from ui import cli, cli_catalog
+    from ui.cli import catalog as cli_catalog
+    from ui.cli import main as cli
 
     parser = cli.build_parser()
     (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    if "catalog" not in sub.choices:  # until ui/cli.py's _command_modules() lists it
+    if "catalog" not in sub.choices:  # until ui/cli/main.py's _command_modules() lists it
         cli_catalog.register(sub)
     args = parser.parse_args(["catalog", "--json"])
     assert args.handler(args) == 0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ui.cli import run
+from ui.cli.main import run
 
 MIB = 1024 * 1024
 STABLE_DEVICE_KEYS = {

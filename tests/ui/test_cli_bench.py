@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ui.cli import run
+from ui.cli.main import run
 
 TINY_PLAN = "32,8,64,16,2"
 

@@ -10,7 +10,7 @@ import pytest
 from app.planning.compare import is_repo
 from app.sources.demo_models import GEMMA, SMOLLM
 from tests.fake_hub import REPO, FakeHub
-from ui.cli import run
+from ui.cli.main import run
 
 HW = ["--gpu-mem", "8", "--ram", "16", "--no-calibrate"]
 

@@ -1,4 +1,4 @@
-"""``ggtune export`` and ``ggtune library`` through ui.cli.run, as a user types them."""
+"""``ggtune export`` and ``ggtune library`` through ui.cli.main.run, as a user types them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from app.export.ollama import settings_from_modelfile
-from ui.cli import run
+from ui.cli.main import run
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from app.sources.demo_models import GEMMA, SMOLLM
 from tests.fake_hub import REPO, FakeHub
-from ui.cli import run
+from ui.cli.main import run
 
 
 def test_hf_compares_every_quant(hub: FakeHub, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from app.hardware.profiles import GIB
-from ui.cli import run
+from ui.cli.main import run
 
 
 @pytest.fixture(autouse=True)

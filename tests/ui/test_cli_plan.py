@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ui.cli import run
+from ui.cli.main import run
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:

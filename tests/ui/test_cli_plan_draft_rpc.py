@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ui.cli import run
+from ui.cli.main import run
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:

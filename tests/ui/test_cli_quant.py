@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ui.cli import run
+from ui.cli.main import run
 
 
 def test_quants_json(smollm_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,7 +4,7 @@ side, as a table and a chart.
 :class:`CompareController` works out one :class:`CompareRow` per quant (the file on disk and
 the levels :func:`app.model.quant.simulate_quant` derives from it) at the settings on screen,
 with the most GPU layers that fit, exactly as ``ggtune compare`` does (it reuses
-:func:`ui.cli_plan.compare_rows`). The quant options are simulated once per model; the rows
+:func:`ui.cli.plan.compare_rows`). The quant options are simulated once per model; the rows
 are recomputed on the job pool, debounced, when the settings, the model, the hardware or
 the speed factors change. :class:`CompareTableModel` and :class:`CompareChartWidget`
 display them; :class:`ComparePanel` adds what to do about the selected row.

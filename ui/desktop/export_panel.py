@@ -1,7 +1,7 @@
 """Export: the settings on screen in a runner's own format, live, with Copy and Save….
 
 :func:`export_preview` is pure (no Qt): it calls :mod:`app.export` exactly as
-``ggtune export`` does (``ui/cli_export.py``) and returns an :class:`ExportPreview` — the
+``ggtune export`` does (``ui/cli/export.py``) and returns an :class:`ExportPreview` — the
 text shown, the text a Save writes, a suggested file name, the exporter's notes, or its
 refusal. :class:`ExportController` re-runs it on every change of the estimate's state
 (GUI thread; the exporters take well under a millisecond). :class:`ExportPanel` shows it

@@ -57,7 +57,7 @@ from app.predict.speed import (
     SpeedFactors,
 )
 from app.settings import ALL_LAYERS, Settings, runner_defaults
-from ui.cli import _print_table, format_bytes, hardware_from_args, load_spec
+from ui.cli.main import _print_table, format_bytes, hardware_from_args, load_spec
 
 
 def _hardware_flags(p: argparse.ArgumentParser) -> None:

@@ -31,7 +31,7 @@ from app.sources.hf import (
     parse_repo,
     read_models,
 )
-from ui.cli import add_settings_flags, format_bytes, hardware_from_args, settings_from_args
+from ui.cli.main import add_settings_flags, format_bytes, hardware_from_args, settings_from_args
 
 
 def register(sub: Any) -> None:

@@ -32,7 +32,7 @@ from app.measured.bench_result import (
 )
 from app.measured.results_db import ResultsDB, StoredRun, quick_file_hash
 from app.predict.estimate import estimate
-from ui.cli import (
+from ui.cli.main import (
     _print_table,
     add_settings_flags,
     format_bytes,

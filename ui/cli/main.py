@@ -271,7 +271,7 @@ def hardware_from_args(args: argparse.Namespace) -> Hardware:
     host = here.host
     gpus: tuple[Device, ...] = here.gpus
     if getattr(args, "profile", None):
-        from ui.cli_hw import hardware_from_profile
+        from ui.cli.hw import hardware_from_profile
 
         planned = hardware_from_profile(args.profile, here, gpu_mem_given=bool(args.gpu_mem))
         host, gpus = planned.host, planned.gpus
@@ -544,11 +544,11 @@ def _command_modules() -> list[ModuleType]:
 
     Each has ``register(sub) -> None`` adding its parsers with ``set_defaults(handler=…)``;
     a handler takes the parsed arguments and returns the exit code. Add a module here to
-    add a command (ui/cli_*.py), so no command needs to edit another's code.
+    add a command (ui/cli/*.py), so no command needs to edit another's code.
     """
-    from ui import cli_bench, cli_catalog, cli_export, cli_hf, cli_hw, cli_plan, cli_quant
+    from ui.cli import bench, catalog, export, hf, hw, plan, quant
 
-    return [cli_hw, cli_export, cli_bench, cli_catalog, cli_quant, cli_hf, cli_plan]
+    return [hw, export, bench, catalog, quant, hf, plan]
 
 
 def build_parser() -> argparse.ArgumentParser:

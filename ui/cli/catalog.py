@@ -14,7 +14,7 @@ from typing import Any
 
 from app.model.catalog import active_params, catalog_header, load_catalog
 from app.model.spec import model_spec
-from ui.cli import format_bytes, kv_bytes_per_token
+from ui.cli.main import format_bytes, kv_bytes_per_token
 
 
 def register(sub: Any) -> None:

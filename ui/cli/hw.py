@@ -19,7 +19,7 @@ from app.errors import EngineError, HardwareProfileError
 from app.hardware.devices import Hardware
 from app.hardware.probe import HardwareReport, detect
 from app.hardware.profiles import compose, load_profiles
-from ui.cli import format_bytes
+from ui.cli.main import format_bytes
 
 
 def hardware_from_profile(text: str, here: Hardware, *, gpu_mem_given: bool = False) -> Hardware:

@@ -17,7 +17,7 @@ from app.model.gguf_reader import read_model
 from app.model.quality import QualityTable, load_quality, weight_quality
 from app.model.quant import QuantFailure, QuantResult, simulate_all
 from app.model.spec import ModelSpec, model_spec
-from ui.cli import format_bytes, load_spec
+from ui.cli.main import format_bytes, load_spec
 
 
 def register(sub: Any) -> None:

@@ -25,7 +25,7 @@ from app.sources.library import (
     scan_library,
 )
 from app.sources.ollama_api import ollama_status, show_model
-from ui.cli import add_settings_flags, format_bytes, hardware_from_args, settings_from_args
+from ui.cli.main import add_settings_flags, format_bytes, hardware_from_args, settings_from_args
 
 TARGETS = ("ollama", "lmstudio", "llama-server", "llama-cpp-python")
 SystemName = Literal["linux", "macos", "windows"]
