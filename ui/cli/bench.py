@@ -32,23 +32,22 @@ from app.measured.bench_result import (
 )
 from app.measured.results_db import ResultsDB, StoredRun, quick_file_hash
 from app.predict.estimate import estimate
-from ui.cli.main import (
-    _print_table,
+from ui.cli.commands import COMMANDS
+from ui.cli.options import (
+    EXIT_USAGE,
     add_settings_flags,
-    format_bytes,
     hardware_from_args,
     load_spec,
     settings_from_args,
 )
-
-EXIT_USAGE = 2
+from ui.cli.output import format_bytes, print_table
 
 
 def register(sub: Any) -> None:
     """Add the ``bench`` subcommand to ``sub`` (an argparse subparsers object)."""
     p = sub.add_parser(
         "bench",
-        help="run the model on llama.cpp: speed and memory, measured beside estimated",
+        help=COMMANDS["bench"].help,
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
     p.add_argument("model", nargs="?", help="path to a .gguf file (optional with --history)")
@@ -192,7 +191,7 @@ def _print_result(result: BenchResult, gaps: tuple[MemoryGap, ...]) -> None:
             f"{ttft.sd:.3f}",
         ]
     )
-    _print_table(rows)
+    print_table(rows)
     print()
     split = ""
     if mem.peak_rss_file_bytes is not None and mem.peak_rss_anon_bytes is not None:
@@ -207,7 +206,7 @@ def _print_result(result: BenchResult, gaps: tuple[MemoryGap, ...]) -> None:
     if mem.gpu_note:
         print(f"  {mem.gpu_note}")
     print("\nestimated vs measured:")
-    _print_table(gap_rows(gaps))
+    print_table(gap_rows(gaps))
 
 
 def _print_history(runs: list[StoredRun]) -> None:
@@ -243,7 +242,7 @@ def _print_history(runs: list[StoredRun]) -> None:
                 format_bytes(r.peak_rss_bytes),
             ]
         )
-    _print_table(rows)
+    print_table(rows)
 
 
 def _report_set_aside(db: ResultsDB) -> None:

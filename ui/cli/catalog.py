@@ -14,12 +14,14 @@ from typing import Any
 
 from app.model.catalog import active_params, catalog_header, load_catalog
 from app.model.spec import model_spec
-from ui.cli.main import format_bytes, kv_bytes_per_token
+from ui.cli.commands import COMMANDS
+from ui.cli.inspect import kv_bytes_per_token
+from ui.cli.output import format_bytes
 
 
 def register(sub: Any) -> None:
     """Add the ``catalog`` subcommand to the ``ggtune`` subparsers ``sub``."""
-    p = sub.add_parser("catalog", help="popular models to plan without downloading them")
+    p = sub.add_parser("catalog", help=COMMANDS["catalog"].help)
     p.add_argument("--json", action="store_true", help="print one JSON list")
     p.set_defaults(handler=run_catalog)
 

@@ -25,7 +25,9 @@ from app.sources.library import (
     scan_library,
 )
 from app.sources.ollama_api import ollama_status, show_model
-from ui.cli.main import add_settings_flags, format_bytes, hardware_from_args, settings_from_args
+from ui.cli.commands import COMMANDS
+from ui.cli.options import add_settings_flags, hardware_from_args, settings_from_args
+from ui.cli.output import format_bytes
 
 TARGETS = ("ollama", "lmstudio", "llama-server", "llama-cpp-python")
 SystemName = Literal["linux", "macos", "windows"]
@@ -41,7 +43,7 @@ def _this_system() -> SystemName:
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``export`` and ``library`` subcommands to ``sub``."""
-    p = sub.add_parser("export", help="write the settings in a runner's own format")
+    p = sub.add_parser("export", help=COMMANDS["export"].help)
     p.add_argument("model", help="a .gguf path, or a model name from `ggtune library`")
     p.add_argument("--to", choices=TARGETS, required=True, help="the runner to export for")
     add_settings_flags(p)
@@ -64,7 +66,7 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     )
     p.set_defaults(handler=run_export)
 
-    lib = sub.add_parser("library", help="list the GGUF models on this machine")
+    lib = sub.add_parser("library", help=COMMANDS["library"].help)
     lib.add_argument("--json", action="store_true", help="print one JSON object")
     lib.add_argument("--add", metavar="DIR", help="add a folder to scan from now on")
     lib.set_defaults(handler=run_library)

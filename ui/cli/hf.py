@@ -31,14 +31,14 @@ from app.sources.hf import (
     parse_repo,
     read_models,
 )
-from ui.cli.main import add_settings_flags, format_bytes, hardware_from_args, settings_from_args
+from ui.cli.commands import COMMANDS
+from ui.cli.options import add_settings_flags, hardware_from_args, settings_from_args
+from ui.cli.output import format_bytes
 
 
 def register(sub: Any) -> None:
     """Add the ``hf`` subcommand to the ``ggtune`` subparsers ``sub``."""
-    p = sub.add_parser(
-        "hf", help="compare a Hugging Face repo's quant files without downloading; download one"
-    )
+    p = sub.add_parser("hf", help=COMMANDS["hf"].help)
     p.add_argument(
         "repo", help="org/name, org/name:FILE-or-QUANT, org/name@revision or a huggingface.co URL"
     )

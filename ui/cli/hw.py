@@ -19,7 +19,8 @@ from app.errors import EngineError, HardwareProfileError
 from app.hardware.devices import Hardware
 from app.hardware.probe import HardwareReport, detect
 from app.hardware.profiles import compose, load_profiles
-from ui.cli.main import format_bytes
+from ui.cli.commands import COMMANDS
+from ui.cli.output import format_bytes
 
 
 def hardware_from_profile(text: str, here: Hardware, *, gpu_mem_given: bool = False) -> Hardware:
@@ -34,7 +35,7 @@ def hardware_from_profile(text: str, here: Hardware, *, gpu_mem_given: bool = Fa
 
 def register(sub: Any) -> None:
     """Add the ``hw`` subcommand to the ``ggtune`` subparsers ``sub``."""
-    p = sub.add_parser("hw", help="what ggtune and llama.cpp see of this machine; profiles")
+    p = sub.add_parser("hw", help=COMMANDS["hw"].help)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--no-engine",

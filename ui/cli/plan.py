@@ -57,7 +57,9 @@ from app.predict.speed import (
     SpeedFactors,
 )
 from app.settings import ALL_LAYERS, Settings, runner_defaults
-from ui.cli.main import _print_table, format_bytes, hardware_from_args, load_spec
+from ui.cli.commands import COMMANDS
+from ui.cli.options import hardware_from_args, load_spec
+from ui.cli.output import format_bytes, print_table
 
 
 def _hardware_flags(p: argparse.ArgumentParser) -> None:
@@ -112,7 +114,7 @@ def _plan_flags(p: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> None:
     """Add ``compare``, ``recommend`` and ``plan`` to the ``ggtune`` subparsers ``sub``."""
-    p = sub.add_parser("compare", help="every quant level side by side: memory, speed, quality")
+    p = sub.add_parser("compare", help=COMMANDS["compare"].help)
     p.add_argument(
         "model",
         help="path to a .gguf file, catalog:NAME, or a Hugging Face repo (org/name, hf.co/…, "
@@ -123,7 +125,7 @@ def register(sub: Any) -> None:
     _hardware_flags(p)
     p.set_defaults(handler=run_compare)
 
-    r = sub.add_parser("recommend", help="settings for a goal, and why")
+    r = sub.add_parser("recommend", help=COMMANDS["recommend"].help)
     _plan_flags(r)
     r.add_argument("--goal", choices=GOALS, required=True, help="what to optimise")
     d = r.add_argument_group("speculative decoding")
@@ -138,7 +140,7 @@ def register(sub: Any) -> None:
     )  # fmt: skip
     r.set_defaults(handler=run_recommend)
 
-    c = sub.add_parser("plan", help="how many users fit at a context and speed")
+    c = sub.add_parser("plan", help=COMMANDS["plan"].help)
     _plan_flags(c)
     c.set_defaults(handler=run_plan)
 
@@ -413,7 +415,7 @@ def _print_compare_table(rows: list[dict[str, Any]], hardware: Hardware) -> None
                 r["origin"] + (" (imatrix)" if r["needs_imatrix"] else ""),
             ]
         )
-    _print_table(table)
+    print_table(table)
 
 
 # --- recommend / plan --------------------------------------------------------------------

@@ -17,12 +17,14 @@ from app.model.gguf_reader import read_model
 from app.model.quality import QualityTable, load_quality, weight_quality
 from app.model.quant import QuantFailure, QuantResult, simulate_all
 from app.model.spec import ModelSpec, model_spec
-from ui.cli.main import format_bytes, load_spec
+from ui.cli.commands import COMMANDS
+from ui.cli.options import load_spec
+from ui.cli.output import format_bytes
 
 
 def register(sub: Any) -> None:
     """Add the ``quants`` subcommand to the ``ggtune`` subparsers ``sub``."""
-    p = sub.add_parser("quants", help="the model at every quant level: size, bpw, quality")
+    p = sub.add_parser("quants", help=COMMANDS["quants"].help)
     p.add_argument("model", help="path to a .gguf file, or catalog:NAME")
     p.add_argument("--json", action="store_true", help="print one JSON list")
     p.set_defaults(handler=run_quants)

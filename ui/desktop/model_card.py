@@ -2,7 +2,7 @@
 
 :func:`load_model` reads the header (never the weights) and builds the
 :class:`~app.model.spec.ModelSpec` and a :class:`ModelCard`, the words and numbers the Models
-panel shows. The card reuses :func:`ui.cli.main.inspect_dict`, so it says what
+panel shows. The card reuses :func:`ui.cli.inspect.inspect_dict`, so it says what
 ``ggtune inspect`` says.
 
 A path ``catalog:NAME`` opens an entry of ggtune's model catalog (:mod:`app.model.catalog`)
@@ -35,7 +35,7 @@ from app.model.gguf_reader import read_model
 from app.model.spec import ModelSpec, model_spec
 from app.planning.planner import own_quant_name
 from app.predict.verdict import format_size
-from ui.cli.main import inspect_dict
+from ui.cli.inspect import inspect_dict
 
 
 @dataclass(frozen=True, slots=True)

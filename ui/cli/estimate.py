@@ -1,0 +1,166 @@
+"""``ggtune estimate MODEL [flags]``: where every byte goes, per device; ``--verify`` adds
+llama.cpp's own dry run beside it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from app.errors import SettingsError
+from app.model.spec import ModelSpec
+from app.predict.estimate import MemoryEstimate, estimate
+from app.settings import Settings
+from ui.cli.commands import COMMANDS
+from ui.cli.options import add_settings_flags, hardware_from_args, load_spec, settings_from_args
+from ui.cli.output import format_bytes, print_table
+
+
+def register(sub: Any) -> None:
+    """Add ``estimate`` to the ``ggtune`` subparsers ``sub``."""
+    p_est = sub.add_parser("estimate", help=COMMANDS["estimate"].help)
+    p_est.add_argument("model", help="path to a .gguf file (any shard of a split model)")
+    add_settings_flags(p_est)
+    p_est.add_argument("--json", action="store_true", help="print one JSON object")
+    p_est.add_argument(
+        "--verify",
+        action="store_true",
+        help="also run llama.cpp's own dry run and show both side by side",
+    )
+    p_est.set_defaults(handler=run_estimate)
+
+
+def estimate_dict(spec: ModelSpec, settings: Settings, est: MemoryEstimate) -> dict[str, Any]:
+    """Return the estimate as plain data; the key names are a stable interface."""
+    return {
+        "model": {
+            "path": spec.path,
+            "architecture": spec.arch,
+            "name": spec.name,
+            "weights_bytes": spec.weights_bytes,
+        },
+        "settings": asdict(settings),
+        "context": asdict(est.context),
+        "n_gpu_layers": est.n_gpu_layers,
+        "devices": [
+            {
+                "name": d.name,
+                "kind": d.kind,
+                "weights_bytes": d.weights_bytes,
+                "kv_bytes": d.kv_bytes,
+                "recurrent_bytes": d.recurrent_bytes,
+                "compute_bytes": d.compute_bytes,
+                "output_bytes": d.output_bytes,
+                "other_bytes": d.other_bytes,
+                "total_bytes": d.total_bytes,
+                "capacity_bytes": d.capacity_bytes,
+                "fits": d.fits,
+                "n_layers": d.n_layers,
+            }
+            for d in est.devices
+        ],
+        "kv_cells": {c.kind: c.cells for c in est.caches},
+        "caches": [asdict(c) | {"total_bytes": c.total_bytes} for c in est.caches],
+        "total_bytes": est.total_bytes,
+        "fits": est.fits,
+        "kv_rule_known": est.kv_rule_known,
+        "notes": list(est.notes),
+    }
+
+
+_COLUMNS = (
+    ("weights", "weights_bytes"),
+    ("KV cache", "kv_bytes"),
+    ("recurrent", "recurrent_bytes"),
+    ("compute", "compute_bytes"),
+    ("output", "output_bytes"),
+    ("other", "other_bytes"),
+    ("total", "total_bytes"),
+    ("capacity", "capacity_bytes"),
+)
+
+
+def _print_estimate(d: dict[str, Any]) -> None:
+    ctx = d["context"]
+    print(f"{d['model']['name'] or d['model']['path']} — {d['model']['architecture']}")
+    print(
+        f"  context {ctx['n_ctx']:,} cells ({ctx['n_stream']} × {ctx['n_ctx_seq']:,} per "
+        f"stream), batch {ctx['n_batch']}/{ctx['n_ubatch']}, flash attention "
+        f"{'on' if ctx['flash_attn'] else 'off'}, GPU layers {d['n_gpu_layers']}"
+    )
+    rows = [["device", *[c for c, _ in _COLUMNS], "fits"]]
+    for dev in d["devices"]:
+        fits = {True: "yes", False: "NO", None: "?"}[dev["fits"]]
+        rows.append(
+            [f"{dev['name']} ({dev['kind']})", *[format_bytes(dev[k]) for _, k in _COLUMNS], fits]
+        )
+    print_table(rows)
+    for c in d["caches"]:
+        label = {"kv": "KV cache", "kv_swa": "SWA KV cache", "recurrent": "recurrent state"}
+        print(
+            f"  {label[c['kind']]}: {c['cells']:,} cells × {c['n_stream']} stream(s), "
+            f"{c['n_layers']} layers, {c['type_k']} {format_bytes(c['k_bytes'])} + "
+            f"{c['type_v']} {format_bytes(c['v_bytes'])}"
+        )
+    for note in d["notes"]:
+        print(f"  note: {note}")
+
+
+def _compare_rows(d: dict[str, Any], engine: Any) -> list[list[str]]:
+    """Rows of estimate vs engine per component (engine numbers are llama.cpp's MiB)."""
+    host = next(x for x in d["devices"] if x["kind"] == "host")
+    pairs = [
+        (
+            "weights (file)",
+            d["model"]["weights_bytes"],
+            engine.model_size_bytes,
+        ),
+        ("KV cache", sum(x["kv_bytes"] for x in d["devices"]), engine.kv_bytes),
+        (
+            "recurrent state",
+            sum(x["recurrent_bytes"] for x in d["devices"]),
+            engine.recurrent_bytes,
+        ),
+        ("compute (host)", host["compute_bytes"], engine.compute_bytes_on("CPU")),
+        ("output", host["output_bytes"], engine.output_bytes),
+    ]
+    rows = [["component", "estimate", "llama.cpp", "difference"]]
+    for name, est_b, eng_b in pairs:
+        if eng_b is None:
+            rows.append([name, format_bytes(est_b), "n/a", ""])
+            continue
+        diff = est_b - eng_b
+        pct = f" ({100 * diff / eng_b:+.2f}%)" if eng_b else ""
+        rows.append([name, format_bytes(est_b), format_bytes(eng_b), format_bytes(diff) + pct])
+    return rows
+
+
+def run_estimate(args: argparse.Namespace) -> int:
+    spec = load_spec(args.model)
+    hardware = hardware_from_args(args)
+    settings = settings_from_args(args, hardware)
+    est = estimate(spec, settings, hardware)
+    data = estimate_dict(spec, settings, est)
+    engine = None
+    if args.verify:
+        from runner.dry_run import dry_run
+
+        if args.model.startswith("catalog:"):
+            raise SettingsError(
+                "--verify runs llama.cpp on the model file; a catalog entry has no weights "
+                "to load (download a GGUF of it and pass its path)"
+            )
+
+        print("running llama.cpp's dry run…", file=sys.stderr)
+        engine = dry_run(args.model, settings)
+        data["engine"] = engine.to_dict()
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        _print_estimate(data)
+        if engine is not None:
+            print("\nestimate vs llama.cpp (dry run, this machine):")
+            print_table(_compare_rows(data, engine))
+    return 0
