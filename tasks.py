@@ -8,15 +8,23 @@ On Windows write ``py tasks.py run``. Only the standard library is used: this ru
 any virtual environment exists. Set-up, each step skipped when already done:
 
 1. ``.venv`` in the repository, made with the Python running this script (3.11 or newer).
-2. llama-cpp-python, at the version pinned in pyproject.toml, built once per backend into a
-   wheelhouse in the user cache folder (``<cache>/ggtune/wheels/<backend>/``) and reused
-   from there by every later set-up, in this clone or another. The backend is CUDA when
-   both a CUDA toolkit (``nvcc``) and an NVIDIA GPU (``nvidia-smi -L``) are present, Metal
-   on Apple Silicon, otherwise CPU; ``GGTUNE_BACKEND=cpu|cuda|metal`` forces one. pip's own
-   wheel cache is keyed by the download URL alone, so it would hand a CPU build to a later
-   CUDA set-up: hence a wheelhouse per backend, and no pip cache while building.
+2. llama-cpp-python, at the version pinned in pyproject.toml, built once per backend with
+   llama.cpp's RPC backend (``GGML_RPC=ON`` plus the backend's flag) into a wheelhouse in
+   the user cache folder, ``<cache>/ggtune/wheels/<backend>-<recipe>/``, and reused from
+   there by every later set-up, in this clone or another. ``<recipe>`` is a hash of
+   everything that decides the build (pin, backend, CMake definitions, tools), so a wheel
+   of another configuration (an older one without RPC) is never picked up. The same CMake
+   build makes llama.cpp's ``ggml-rpc-server``, ``llama-fit-params`` and
+   ``llama-batched-bench`` from the sdist's vendor/llama.cpp (TOOLS_CMAKE); they are kept
+   with the libraries they link in ``tools/`` beside the wheel, with a ``manifest.json``
+   that runner/llama_tools.py reads. The backend is CUDA when both a CUDA toolkit
+   (``nvcc``) and an NVIDIA GPU (``nvidia-smi -L``) are present, Metal on Apple Silicon,
+   otherwise CPU; ``GGTUNE_BACKEND=cpu|cuda|metal`` forces one. pip's own wheel cache is
+   keyed by the download URL alone, so it would hand a CPU build to a later CUDA set-up:
+   hence a wheelhouse per recipe, and no pip cache while building. A lock on the
+   wheelhouse makes a second set-up wait for the first one's build instead of building.
 3. ``pip install -e .[dev,desktop,desktop-test,package]`` with llama-cpp-python taken from the
-   wheelhouse; a stamp in ``.venv`` (hash of pyproject.toml, backend and Python version)
+   wheelhouse; a stamp in ``.venv`` (hash of pyproject.toml, wheelhouse and Python version)
    skips it next time. ``test`` also makes ``.venv-headless`` with ``.[dev]`` alone (no Qt).
 4. The demo and test models, fetched from PyPI by ``python -m app.sources.demo_models``.
 
@@ -41,6 +49,7 @@ import argparse
 import contextlib
 import dataclasses
 import hashlib
+import json
 import os
 import platform
 import re
@@ -51,6 +60,7 @@ import sysconfig
 import tempfile
 import time
 import tomllib
+import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
@@ -60,11 +70,59 @@ WINDOWS = os.name == "nt"
 AGAIN = "py tasks.py" if WINDOWS else "python3 tasks.py"
 
 #: Bump to make every existing .venv re-run the install step once.
-SETUP_VERSION = "1"
-#: pip that understands pyproject-only editable installs (PEP 660).
-MIN_PIP = (21, 3)
+SETUP_VERSION = "2"
+#: pip that understands pyproject-only editable installs (PEP 660) and ``pip wheel -C``.
+MIN_PIP = (22, 1)
 LLAMA_DIST = "llama-cpp-python"
-CMAKE_ARGS = {"cuda": "-DGGML_CUDA=on", "metal": "-DGGML_METAL=on", "cpu": None}
+#: CMake definitions of the llama.cpp build, per backend; every build also gets GGML_RPC
+#: (llama.cpp's RPC backend: ggml-rpc-server processes on loopback are GPU-class devices).
+BACKEND_DEFINES: Mapping[str, Mapping[str, str]] = {
+    "cuda": {"GGML_CUDA": "ON"},
+    "metal": {"GGML_METAL": "ON"},
+    "cpu": {},
+}
+COMMON_DEFINES: Mapping[str, str] = {"GGML_RPC": "ON"}
+#: llama.cpp's own programs built in the same CMake build as the wheel (the tests' oracles).
+LLAMA_TOOLS = ("ggml-rpc-server", "llama-fit-params", "llama-batched-bench")
+#: Bump to rebuild every wheelhouse (the folder name is a hash of the whole recipe).
+BUILD_RECIPE = "1"
+#: Included at the end of llama-cpp-python's top-level ``project(llama_cpp)`` call
+#: (CMAKE_PROJECT_llama_cpp_INCLUDE). Its CMakeLists.txt adds vendor/llama.cpp as a
+#: subdirectory with LLAMA_BUILD_TOOLS off, and turning that on would add tools/mtmd a
+#: second time (the wheel adds it itself). So the three tools are defined here, from the
+#: sources and links of their own CMakeLists.txt (tools/rpc, tools/fit-params,
+#: tools/batched-bench), deferred to the end of the top-level directory, when the ggml,
+#: llama and llama-common targets exist (CMake refuses add_subdirectory there). They link
+#: the very libraries the wheel ships; $ORIGIN lets them and those libraries run from one
+#: folder once copied out of the build tree.
+TOOLS_CMAKE = """\
+# Written by ggtune's tasks.py (TOOLS_CMAKE): llama.cpp's ggml-rpc-server, llama-fit-params
+# and llama-batched-bench in the same build as the llama-cpp-python wheel.
+if(APPLE)
+    set(CMAKE_BUILD_RPATH "@loader_path")
+elseif(UNIX)
+    set(CMAKE_BUILD_RPATH "$ORIGIN")
+endif()
+function(ggtune_add_llama_tools)
+    set(tools "${CMAKE_SOURCE_DIR}/vendor/llama.cpp/tools")
+    find_package(Threads REQUIRED)
+    add_executable(ggml-rpc-server "${tools}/rpc/rpc-server.cpp")
+    target_link_libraries(ggml-rpc-server PRIVATE ggml)
+    add_executable(llama-fit-params
+        "${tools}/fit-params/main.cpp" "${tools}/fit-params/fit-params.cpp")
+    add_executable(llama-batched-bench
+        "${tools}/batched-bench/main.cpp" "${tools}/batched-bench/batched-bench.cpp")
+    foreach(tool llama-fit-params llama-batched-bench)
+        target_link_libraries(${tool} PRIVATE llama-common llama Threads::Threads)
+    endforeach()
+    foreach(tool ggml-rpc-server llama-fit-params llama-batched-bench)
+        target_compile_features(${tool} PRIVATE cxx_std_17)
+        set_target_properties(${tool} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/bin")
+    endforeach()
+endfunction()
+cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL ggtune_add_llama_tools)
+"""
+TOOLS_MANIFEST = "manifest.json"
 NET = " (pip needs the network to reach PyPI)"
 
 
@@ -273,8 +331,9 @@ class Backend:
 def detect_backend() -> Backend:
     forced = os.environ.get("GGTUNE_BACKEND", "").strip().lower()
     if forced:
-        if forced not in CMAKE_ARGS:
-            raise TaskError(f"GGTUNE_BACKEND={forced!r}: use one of {', '.join(CMAKE_ARGS)}")
+        if forced not in BACKEND_DEFINES:
+            names = ", ".join(BACKEND_DEFINES)
+            raise TaskError(f"GGTUNE_BACKEND={forced!r}: use one of {names}")
         return Backend(forced, "forced by GGTUNE_BACKEND", find_nvcc())
     if sys.platform == "darwin" and platform.machine() == "arm64":
         return Backend("metal", "Apple Silicon")
@@ -500,8 +559,106 @@ def run_build(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> in
     return code
 
 
-def build_wheel(venv: Path, python: Path, backend: Backend, wheelhouse: Path) -> Path:
-    """Build llama-cpp-python for ``backend`` into ``wheelhouse`` (once); return the wheel."""
+def build_defines(backend: str) -> dict[str, str]:
+    """Return the CMake definitions of the llama.cpp build for ``backend``."""
+    return {**COMMON_DEFINES, **BACKEND_DEFINES[backend]}
+
+
+def recipe_key(backend: str, version: str) -> str:
+    """Return the short hash of everything that decides what a build makes.
+
+    It names the wheelhouse, so a wheel built by another recipe (an older one without RPC,
+    another backend's, other tools) is never picked up.
+    """
+    recipe = {
+        "recipe": BUILD_RECIPE,
+        "llama-cpp-python": version,
+        "backend": backend,
+        "defines": build_defines(backend),
+        "tools": LLAMA_TOOLS,
+        "tools.cmake": TOOLS_CMAKE,
+    }
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def wheelhouse_of(backend: str, version: str) -> Path:
+    """Return ``<cache>/ggtune/wheels/<backend>-<recipe key>``: the wheel and tools/ beside it."""
+    return cache_dir() / "wheels" / f"{backend}-{recipe_key(backend, version)}"
+
+
+def exe_name(tool: str) -> str:
+    return f"{tool}.exe" if WINDOWS else tool
+
+
+def is_shared_library(name: str) -> bool:
+    return name.endswith((".so", ".dylib", ".dll")) or ".so." in name
+
+
+def tools_ready(wheelhouse: Path) -> bool:
+    """Whether ``wheelhouse/tools`` holds a manifest and every tool it names."""
+    tools = wheelhouse / "tools"
+    try:
+        manifest = json.loads((tools / TOOLS_MANIFEST).read_text(encoding="utf-8"))
+        files = [manifest["tools"][name] for name in LLAMA_TOOLS]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return all(isinstance(f, str) and (tools / f).is_file() for f in files)
+
+
+def collect_tools(build_dir: Path, target: Path, manifest: dict[str, object]) -> None:
+    """Copy the tools and the shared libraries beside them from the build into ``target``."""
+    bin_dirs = [build_dir / "bin", build_dir / "bin" / "Release"]  # Release: Visual Studio
+    found = [d for d in bin_dirs if all((d / exe_name(t)).is_file() for t in LLAMA_TOOLS)]
+    if not found:
+        raise TaskError(
+            f"the llama.cpp build made no {', '.join(LLAMA_TOOLS)} in {build_dir / 'bin'}"
+        )
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    wanted = {exe_name(t) for t in LLAMA_TOOLS}
+    for entry in sorted(found[0].iterdir()):
+        if entry.name not in wanted and not is_shared_library(entry.name):
+            continue
+        if entry.is_symlink():  # libggml.so -> libggml.so.0 -> libggml.so.0.25.3
+            os.symlink(os.readlink(entry), target / entry.name)
+        elif entry.is_file():
+            shutil.copy2(entry, target / entry.name)
+    manifest["tools"] = {name: exe_name(name) for name in LLAMA_TOOLS}
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    (target / TOOLS_MANIFEST).write_text(text, encoding="utf-8")
+
+
+def smoke_test_tools(tools: Path) -> None:
+    """Run each tool's --help/--version from ``tools``: they must load their libraries there."""
+    for tool, flag in zip(LLAMA_TOOLS, ("--help", "--version", "--version"), strict=True):
+        argv = [str(tools / exe_name(tool)), flag]
+        try:
+            result = subprocess.run(
+                argv, capture_output=True, text=True, errors="replace", timeout=60, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise TaskError(f"the built {tool} does not start from {tools}: {err}") from err
+        if result.returncode != 0:
+            last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise TaskError(
+                f"the built {tool} does not start from {tools} (exit {result.returncode}): "
+                f"{last[0]}"
+            )
+
+
+def wheel_has_rpc(wheel: Path) -> bool:
+    with zipfile.ZipFile(wheel) as archive:
+        return any("ggml-rpc" in name.rsplit("/", 1)[-1] for name in archive.namelist())
+
+
+def build_llama(venv: Path, python: Path, backend: Backend, wheelhouse: Path) -> Path:
+    """Build llama-cpp-python and llama.cpp's tools for ``backend`` (once); return the wheel.
+
+    One CMake build of the pinned sdist makes both: the wheel (GGML_RPC on, plus the
+    backend's flag) and ggml-rpc-server, llama-fit-params and llama-batched-bench from its
+    vendor/llama.cpp (TOOLS_CMAKE), copied with the libraries they link to
+    ``wheelhouse/tools``.
+    """
     requirement, version = llama_requirement()
     venv_version = venv_python_version(venv)
     assert venv_version is not None, "ensure_venv() checked pyvenv.cfg"
@@ -509,8 +666,8 @@ def build_wheel(venv: Path, python: Path, backend: Backend, wheelhouse: Path) ->
     with build_lock(wheelhouse):
         wait_for_foreign_builds(wheelhouse)
         wheel = find_wheel(wheelhouse, version, venv_version)
-        if wheel is not None:
-            return wheel
+        if wheel is not None and tools_ready(wheelhouse):
+            return wheel  # another set-up built it while this one waited
         compiler = find_compiler()
         if compiler is None:
             hint = (
@@ -523,23 +680,29 @@ def build_wheel(venv: Path, python: Path, backend: Backend, wheelhouse: Path) ->
                 f"install one ({hint})"
             )
         jobs = os.cpu_count() or 1
-        say(f"building {requirement} for {backend.name.upper()} ({backend.why})")
-        note(f"this happens once per backend; it takes ~10 min on 2 cores (this machine: {jobs})")
-        note(f"the wheel is kept in {wheelhouse} for every later set-up")
+        defines = build_defines(backend.name)
+        say(f"building {requirement} and llama.cpp's tools for {backend.name.upper()}")
+        note(f"once per backend: 8-14 min on 2 shared cores (this machine: {jobs} cores)")
+        note(f"the wheel and {', '.join(LLAMA_TOOLS)} are kept in {wheelhouse}")
+        note(" ".join(f"-D{name}={value}" for name, value in defines.items()))
         env = dict(os.environ, CMAKE_BUILD_PARALLEL_LEVEL=str(jobs))
-        env.pop("CMAKE_ARGS", None)
-        cmake_args = CMAKE_ARGS[backend.name]
-        if cmake_args:
-            env["CMAKE_ARGS"] = cmake_args
-            note(f"CMAKE_ARGS={cmake_args}")
+        env.pop("CMAKE_ARGS", None)  # only the definitions below
         if backend.name == "cuda" and backend.nvcc and not shutil.which("nvcc"):
             env["CUDACXX"] = str(backend.nvcc)
-        log_path = wheelhouse / f"build-{platform.python_version()}.log"
+        log_path = wheelhouse / "build.log"
         staging = Path(tempfile.mkdtemp(prefix=".build-", dir=wheelhouse))
+        build_dir = staging / "build"
+        include = staging / "ggtune-tools.cmake"
+        include.write_text(TOOLS_CMAKE, encoding="utf-8")
+        defines["CMAKE_PROJECT_llama_cpp_INCLUDE"] = include.as_posix()
+        partial = wheelhouse / ".tools-partial"
         try:
             # --no-cache-dir: pip's wheel cache would hand back a build for another backend.
             argv = [str(python), "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--no-input"]
-            argv += ["--verbose", "--wheel-dir", str(staging), requirement]
+            argv += ["--verbose", "--wheel-dir", str(staging)]
+            argv += [f"--config-settings=build-dir={build_dir.as_posix()}"]
+            argv += [f"--config-settings=cmake.define.{k}={v}" for k, v in defines.items()]
+            argv.append(requirement)
             started = time.monotonic()
             code = run_build(argv, env, log_path)
             if code != 0:
@@ -550,11 +713,30 @@ def build_wheel(venv: Path, python: Path, backend: Backend, wheelhouse: Path) ->
                     "check the network to PyPI and the compiler or CMake error it shows",
                     code,
                 )
-            for built in staging.glob("*.whl"):
-                os.replace(built, wheelhouse / built.name)  # atomic: never a half wheel
-            note(f"built in {(time.monotonic() - started) / 60:.1f} min")
+            minutes = (time.monotonic() - started) / 60
+            built = sorted(staging.glob("*.whl"))
+            if not built or not wheel_has_rpc(built[0]):
+                raise TaskError(f"pip built no {LLAMA_DIST} wheel with RPC; see {log_path}")
+            manifest: dict[str, object] = {
+                "llama_cpp_python": version,
+                "backend": backend.name,
+                "recipe": recipe_key(backend.name, version),
+                "defines": build_defines(backend.name),
+                "wheel": built[0].name,
+                "built": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "build_minutes": round(minutes, 1),
+            }
+            collect_tools(build_dir, partial, manifest)
+            shutil.rmtree(build_dir, ignore_errors=True)  # first: no build tree to fall back on
+            smoke_test_tools(partial)
+            shutil.rmtree(wheelhouse / "tools", ignore_errors=True)
+            os.replace(partial, wheelhouse / "tools")
+            for wheel_file in built:
+                os.replace(wheel_file, wheelhouse / wheel_file.name)  # atomic: never a half wheel
+            note(f"built in {minutes:.1f} min")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(partial, ignore_errors=True)
         wheel = find_wheel(wheelhouse, version, venv_version)
         if wheel is None:
             raise TaskError(f"pip built no usable {LLAMA_DIST} wheel; see {log_path}")
@@ -564,9 +746,10 @@ def build_wheel(venv: Path, python: Path, backend: Backend, wheelhouse: Path) ->
 # --- set-up ------------------------------------------------------------------------------
 
 
-def stamp_of(leg: Leg, backend: Backend, venv: Path) -> str:
+def stamp_of(leg: Leg, backend: Backend, venv: Path, wheelhouse: Path) -> str:
     digest = hashlib.sha256()
-    for part in (SETUP_VERSION, leg.extras, backend.name, str(venv_python_version(venv))):
+    parts = (SETUP_VERSION, leg.extras, backend.name, wheelhouse.name)
+    for part in (*parts, str(venv_python_version(venv))):
         digest.update(part.encode() + b"\0")
     digest.update((ROOT / "pyproject.toml").read_bytes())
     return digest.hexdigest()
@@ -577,27 +760,27 @@ def ensure_leg(leg: Leg) -> Path:
     venv = ROOT / leg.venv
     python = ensure_venv(venv)
     backend = detect_backend()
+    _, version = llama_requirement()
+    wheelhouse = wheelhouse_of(backend.name, version)
     stamp_path = venv / ".ggtune-setup-stamp"
-    stamp = stamp_of(leg, backend, venv)
+    stamp = stamp_of(leg, backend, venv, wheelhouse)
     try:
-        if stamp_path.read_text(encoding="utf-8").strip() == stamp:
+        if stamp_path.read_text(encoding="utf-8").strip() == stamp and tools_ready(wheelhouse):
             return python
     except OSError:
         pass
     say(f"llama.cpp backend: {backend.name.upper()} ({backend.why})")
-    wheelhouse = cache_dir() / "wheels" / backend.name
-    _, version = llama_requirement()
+    pip = pip_version(venv)
+    if pip is None or pip < MIN_PIP:
+        say("upgrading pip in the venv (too old for editable installs and pip wheel -C)")
+        run([python, "-m", "pip", "install", "--upgrade", "pip"], step="upgrading pip", hint=NET)
     venv_version = venv_python_version(venv)
     assert venv_version is not None, "ensure_venv() checked pyvenv.cfg"
     wheel = find_wheel(wheelhouse, version, venv_version)
-    if wheel is None:
-        wheel = build_wheel(venv, python, backend, wheelhouse)
+    if wheel is None or not tools_ready(wheelhouse):
+        wheel = build_llama(venv, python, backend, wheelhouse)
     else:
-        note(f"reusing {wheel}")
-    pip = pip_version(venv)
-    if pip is None or pip < MIN_PIP:
-        say("upgrading pip in the venv (too old for editable installs)")
-        run([python, "-m", "pip", "install", "--upgrade", "pip"], step="upgrading pip", hint=NET)
+        note(f"reusing {wheel} and {wheelhouse / 'tools'}")
     say(f"installing {wheel.name} and ggtune[{leg.extras}] into {leg.venv}")
     pip_install = [str(python), "-m", "pip", "install", "--no-input"]
     # Replace whatever llama-cpp-python is there (maybe another backend's) with this one...
@@ -606,7 +789,7 @@ def ensure_leg(leg: Leg) -> Path:
         step="installing llama-cpp-python",
         hint=NET,
     )
-    # ...and never let pip fall back to building the sdist without our CMAKE_ARGS.
+    # ...and never let pip fall back to building the sdist without our definitions.
     only_wheel = ["--find-links", str(wheelhouse), f"--only-binary={LLAMA_DIST}"]
     run(
         [*pip_install, *only_wheel, "--editable", f".[{leg.extras}]"],

