@@ -16,9 +16,8 @@ from __future__ import annotations
 import os
 from typing import Final
 
-from gguf import GGMLQuantizationType
-
 from app.export.common import ExportText
+from app.model.ggml import GGMLQuantizationType
 from app.settings import ALL_LAYERS, CacheType, Settings
 
 __all__ = ["LLAMA_CPP_PYTHON_VERSION", "export_llama_cpp_python", "llama_kwargs"]

@@ -50,9 +50,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final, Literal
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
-
 from app.errors import CatalogError
+from app.model.ggml import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 from app.model.spec import ModelSpec
 from app.paths import data_dir
 
@@ -260,9 +259,7 @@ def header_from_metadata(
     tensors = generate_tensors(metadata, options, path=path)
     md = dict(metadata)
     md["general.file_type"] = int(
-        LlamaFileType.MOSTLY_MXFP4_MOE
-        if options.expert_type == "MXFP4"
-        else LlamaFileType.MOSTLY_F16
+        LlamaFileType.MXFP4_MOE if options.expert_type == "MXFP4" else LlamaFileType.F16
     )
     return CatalogHeader(path=path, metadata=MappingProxyType(md), tensors=tensors)
 

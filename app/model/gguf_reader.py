@@ -45,8 +45,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO, Final, TypeVar, overload
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
-
 from app.errors import (
     GGUFError,
     InvalidMetadataError,
@@ -60,6 +58,7 @@ from app.errors import (
     UnknownValueTypeError,
     UnsupportedVersionError,
 )
+from app.model.ggml import GGML_TYPES, GGUFValueType
 
 __all__ = [
     "DEFAULT_ALIGNMENT",
@@ -143,10 +142,9 @@ _MIN_ITEM_BYTES: Final[dict[int, int]] = {
 _SPLIT_NAME: Final = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5,})-of-(?P<count>\d{5,})\.gguf$")
 """Shard file name, as llama.cpp's llama_split_path writes it ("%s-%05d-of-%05d.gguf")."""
 
-# Name, block size (elements) and block size (bytes) of each ggml type gguf-py knows.
+# Name, block size (elements) and block size (bytes) of each ggml type the pinned ggml knows.
 _GGML_TYPES: Final[dict[int, tuple[str, int, int]]] = {
-    int(t): (GGMLQuantizationType(t).name, block, size)
-    for t, (block, size) in GGML_QUANT_SIZES.items()
+    t.id: (t.name, t.block_size, t.type_size) for t in GGML_TYPES.values()
 }
 
 _KEY_ALIGNMENT: Final = "general.alignment"

@@ -15,10 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal, TypeVar
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
 from app.errors import SettingsError
 from app.hardware.devices import Device, DeviceKind, Hardware
+from app.model.ggml import GGML_QUANT_SIZES, GGMLQuantizationType
 from app.model.spec import ModelSpec, TensorRole, TensorSpec
 from app.settings import CacheType, Settings
 

@@ -13,13 +13,12 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from app.hardware.devices import Hardware
+from app.model.ggml import GGML_TYPES
 from app.model.gguf_reader import read_model
 from app.model.quant import (
     FILE_TYPES,
-    GGML_TYPES,
     QuantError,
     QuantFailure,
     QuantResult,
@@ -121,18 +120,6 @@ def types(result: QuantResult) -> dict[str, str]:
 
 
 # --- tables ------------------------------------------------------------------------
-
-
-def test_ggml_types_match_gguf_py() -> None:
-    for type_id, (block, size) in GGML_QUANT_SIZES.items():
-        ours = GGML_TYPES[int(type_id)]
-        assert (ours.name, ours.block_size, ours.type_size) == (
-            GGMLQuantizationType(type_id).name,
-            block,
-            size,
-        )
-    # Q2_0 (ggml 42) is newer than gguf-py 0.19: 64 values in 2 + 16 bytes (ggml-common.h)
-    assert (GGML_TYPES[42].block_size, GGML_TYPES[42].type_size) == (64, 18)
 
 
 def test_file_types_and_aliases() -> None:
