@@ -83,6 +83,8 @@ _SDIST_MEMBERS = (
     "vendor/llama.cpp/common/arg.cpp",
     "vendor/llama.cpp/common/speculative.cpp",
     "vendor/llama.cpp/ggml/src/ggml-rpc/ggml-rpc.cpp",
+    "vendor/llama.cpp/src/llama-arch.cpp",
+    "vendor/llama.cpp/src/llama-model.cpp",
     "llama_cpp/llama.py",
 )
 

@@ -229,6 +229,10 @@ def explain_facts(
         return cache_bytes // max(1, cells * n_stream)
 
     per_full = per_token(full.total_bytes, full.cells, full.n_stream) if full else 0
+    # a sparse-attention indexer keeps one more key per token of the full context
+    per_full += sum(
+        per_token(c.total_bytes, c.cells, c.n_stream) for c in kv_caches if c.kind == "kv_idx"
+    )
     per_swa = per_token(swa.total_bytes, swa.cells, swa.n_stream) if swa and swa.n_layers else 0
     n_rec = sum(c.n_layers for c in est.caches if c.kind == "recurrent")
 

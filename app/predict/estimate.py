@@ -17,8 +17,9 @@ from typing import Final, Literal, TypeVar
 
 from app.errors import SettingsError
 from app.hardware.devices import Device, DeviceKind, Hardware
+from app.model.arch_table import COMPUTE_CHECKED_ARCHS
 from app.model.ggml import GGML_QUANT_SIZES, GGMLQuantizationType
-from app.model.spec import ModelSpec, TensorRole, TensorSpec
+from app.model.spec import KvStatus, ModelSpec, TensorRole, TensorSpec
 from app.settings import CacheType, Settings
 
 _T = TypeVar("_T")
@@ -77,15 +78,20 @@ def pad(value: int, multiple: int) -> int:
     return (value + multiple - 1) // multiple * multiple
 
 
+CacheKind = Literal["kv", "kv_swa", "kv_idx", "recurrent"]
+"""``kv`` full attention, ``kv_swa`` sliding window, ``kv_idx`` a sparse-attention indexer's
+key cache, ``recurrent`` recurrent state (R and S rows)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CacheEstimate:
     """One cache llama.cpp creates, as its ``llama_kv_cache: size = …`` line reports it.
 
-    ``kind`` is ``"kv"`` (full attention), ``"kv_swa"`` (sliding window) or ``"recurrent"``.
-    ``cells`` is per stream; ``n_stream`` streams are allocated side by side.
+    ``kind`` is one of :data:`CacheKind`. ``cells`` is per stream; ``n_stream`` streams
+    are allocated side by side.
     """
 
-    kind: Literal["kv", "kv_swa", "recurrent"]
+    kind: CacheKind
     cells: int
     n_stream: int
     n_layers: int
@@ -162,6 +168,19 @@ class MemoryEstimate:
     n_gpu_layers: int
     kv_rule_known: bool
     notes: tuple[str, ...]
+    kv_status: KvStatus = "exact"
+    """Whether the KV/recurrent figures are engine-checked (:data:`app.model.spec.KvStatus`)."""
+    compute_known: bool = True
+    """Whether the compute-buffer model is checked for this architecture (tests/agreement);
+    when False the compute figure is a rough guess and only the engine's figure counts."""
+
+    @property
+    def exact(self) -> bool:
+        """Return whether every figure is known to agree with llama.cpp (no engine check needed).
+
+        Weights are always exact; KV must be ``exact`` and the compute model checked.
+        """
+        return self.kv_status == "exact" and self.compute_known
 
     @property
     def total_bytes(self) -> int:
@@ -222,8 +241,14 @@ def check_cache_types(spec: ModelSpec, settings: Settings) -> None:
     """Refuse cache types llama.cpp refuses (``llama_init_from_model``, llama-context.cpp).
 
     MLA models need K and V of one type; with flash attention a quantized K (V) type's block
-    must divide every layer's K (V) head size.
+    must divide every layer's K (V) head size (and the indexer's key size). A T5 context with
+    several KV streams aborts in llama.cpp's graph reserve (tests/zoo/test_zoo_modern.py).
     """
+    if spec.memory_kind == "enc_dec" and settings.n_parallel > 1 and not settings.kv_unified:
+        raise SettingsError(
+            f"{spec.arch}: llama.cpp cannot run several sequences of an encoder-decoder model "
+            "without a unified KV cache (it aborts); turn kv_unified on or use one slot"
+        )
     if spec.is_mla and settings.cache_type_k != settings.cache_type_v:
         raise SettingsError(
             f"{spec.arch} (MLA) needs the same K and V cache type, got "
@@ -238,7 +263,8 @@ def check_cache_types(spec: ModelSpec, settings: Settings) -> None:
                 head = spec.head_k_swa if which == "K" else spec.head_v_swa
             else:
                 head = spec.head_k_full if which == "K" else spec.head_v_full
-            if head % block:
+            if head % block or (which == "K" and spec.idx_layers and spec.idx_head_k % block):
+                head = head if head % block else spec.idx_head_k
                 raise SettingsError(
                     f"{which} cache type {cache_type} (block of {block}) does not divide "
                     f"this model's head size {head}; choose f16 or a type it divides"
@@ -405,43 +431,23 @@ def _is_repacked(t: TensorSpec, types: frozenset[GGMLQuantizationType]) -> bool:
 
 
 def _kv_layers(spec: ModelSpec) -> list[int]:
-    """Layers that get an attention KV cache, per ``create_memory``'s filters."""
-    n = spec.n_layer
-    kind = spec.memory_kind
-    if kind in ("none", "unknown", "recurrent"):
+    """Layers in the main attention KV cache (``create_memory``'s filters, app.model.spec)."""
+    if spec.memory_kind in ("none", "unknown", "recurrent"):
         return []
-    if kind in ("hybrid", "hybrid_iswa"):
-        if spec.arch == "falcon-h1":
-            return list(range(spec.n_layer_all))
-        if spec.arch == "nemotron_h":
-            return [
-                il
-                for il in range(spec.n_layer_all)
-                if not spec.is_recurrent[il] and spec.n_ff[il] == 0
-            ]
-        if spec.arch == "qwen3next":
-            return [il for il in range(n) if not spec.is_recurrent[il]]
-        return [il for il in range(spec.n_layer_all) if not spec.is_recurrent[il]]
-    if spec.n_layer_nextn > 0:
-        # the trunk context skips NextN/MTP layers (filter il < n_layer)
-        return list(range(n))
-    return list(range(spec.n_layer_all))
+    return [il for il, on in enumerate(spec.kv_layers) if on]
 
 
 def _recurrent_layers(spec: ModelSpec) -> list[int]:
-    if spec.memory_kind == "recurrent":
-        return list(range(spec.n_layer))
-    if spec.memory_kind in ("hybrid", "hybrid_iswa"):
-        if spec.arch == "falcon-h1":
-            return list(range(spec.n_layer))
-        return [il for il in range(spec.n_layer) if spec.is_recurrent[il]]
-    return []
+    """Layers holding recurrent state (``llama_memory_recurrent``'s filter)."""
+    if spec.memory_kind == "unknown":
+        return []
+    return [il for il, on in enumerate(spec.rs_layers) if on]
 
 
 def _kv_cache(
     spec: ModelSpec,
     layers: list[int],
-    kind: Literal["kv", "kv_swa"],
+    kind: CacheKind,
     cells: int,
     n_stream: int,
     settings: Settings,
@@ -473,45 +479,77 @@ def _kv_cache(
     return cache, per_layer
 
 
+def _indexer_cache(
+    spec: ModelSpec, cells: int, n_stream: int, settings: Settings
+) -> tuple[CacheEstimate, dict[int, int]]:
+    """Size the indexer's key cache (DSA, MSA, hybrid-idx): one key head per layer.
+
+    ``llama_kv_cache_dsa`` / ``_msa`` / ``llama_memory_hybrid_idx`` build it as a
+    ``llama_kv_cache`` over a copy of the hparams with one KV head of the indexer's key
+    size; it caches K only where the model is MLA (DSA) or the copy is made MLA
+    (hybrid-idx), K and V otherwise (MSA). V of the MSA copy is as wide as a value head,
+    the widest one when V is stored transposed (no flash attention).
+    """
+    layers = [il for il, on in enumerate(spec.idx_layers) if on]
+    per_layer: dict[int, int] = {}
+    k_total = v_total = 0
+    for il in layers:
+        k_width = spec.head_k_swa if spec.is_swa[il] else spec.idx_head_k
+        k = row_bytes(settings.cache_type_k, k_width) * cells * n_stream
+        v = row_bytes(settings.cache_type_v, spec.idx_head_v) * cells * n_stream
+        per_layer[il] = k + v
+        k_total += k
+        v_total += v
+    cache = CacheEstimate(
+        kind="kv_idx",
+        cells=cells,
+        n_stream=n_stream,
+        n_layers=len(layers),
+        type_k=settings.cache_type_k,
+        type_v=settings.cache_type_v,
+        k_bytes=k_total,
+        v_bytes=v_total,
+    )
+    return cache, per_layer
+
+
 def _caches(
     spec: ModelSpec, settings: Settings, ctx: ResolvedContext
 ) -> tuple[list[CacheEstimate], dict[int, int], dict[int, int], dict[str, int]]:
-    """Return the caches, KV bytes per layer, recurrent bytes per layer, and n_kv per cache."""
+    """Return the caches, KV bytes per layer, recurrent bytes per layer, and n_kv per cache.
+
+    The caches come in the order llama.cpp creates (and logs) them: the full cache, the
+    indexer cache (sparse attention), the sliding-window cache, then recurrent state.
+    """
     caches: list[CacheEstimate] = []
     kv_per_layer: dict[int, int] = {}
     rs_per_layer: dict[int, int] = {}
     n_kv: dict[str, int] = {}
     v_trans = not ctx.flash_attn
     kv_layers = _kv_layers(spec)
+
+    def add(cache: CacheEstimate, per: dict[int, int]) -> None:
+        caches.append(cache)
+        for il, n_bytes in per.items():
+            kv_per_layer[il] = kv_per_layer.get(il, 0) + n_bytes
+
     if kv_layers:
-        swa_layers = [il for il in kv_layers if spec.is_swa[il]]
-        base_layers = [il for il in kv_layers if not spec.is_swa[il]]
-        if spec.memory_kind in ("iswa", "hybrid_iswa"):
-            size_base = ctx.n_ctx_seq
+        size_base = ctx.n_ctx_seq
+        split = spec.memory_kind in ("iswa", "hybrid_iswa", "dsa_iswa")
+        base_layers = [il for il in kv_layers if not (split and spec.is_swa[il])]
+        add(*_kv_cache(spec, base_layers, "kv", size_base, ctx.n_stream, settings, v_trans))
+        n_kv["kv"] = size_base
+        if spec.memory_kind in ("dsa", "dsa_iswa", "msa", "hybrid_idx"):
+            add(*_indexer_cache(spec, size_base, ctx.n_stream, settings))
+        if split:
             # llama-kv-cache-iswa.cpp: the SWA cache holds the window (per sequence when
             # unified) plus one ubatch, padded to 256, unless swa_full
             unified = ctx.n_stream == 1
             window = spec.n_swa * (settings.n_parallel if unified else 1) + ctx.n_ubatch
             size_swa = size_base if ctx.swa_full else pad(min(size_base, window), PAD_CELLS)
-            cache, per = _kv_cache(
-                spec, base_layers, "kv", size_base, ctx.n_stream, settings, v_trans
-            )
-            caches.append(cache)
-            kv_per_layer.update(per)
-            n_kv["kv"] = size_base
-            cache, per = _kv_cache(
-                spec, swa_layers, "kv_swa", size_swa, ctx.n_stream, settings, v_trans
-            )
-            caches.append(cache)
-            kv_per_layer.update(per)
+            swa_layers = [il for il in kv_layers if spec.is_swa[il]]
+            add(*_kv_cache(spec, swa_layers, "kv_swa", size_swa, ctx.n_stream, settings, v_trans))
             n_kv["kv_swa"] = size_swa
-        else:
-            cache, per = _kv_cache(
-                spec, kv_layers, "kv", ctx.n_ctx_seq, ctx.n_stream, settings, v_trans
-            )
-            caches.append(cache)
-            kv_per_layer.update(per)
-            n_kv["kv"] = ctx.n_ctx_seq
     rs_layers = _recurrent_layers(spec)
     if rs_layers:
         # llama_memory_recurrent: f32 R and S rows, max(1, n_seq_max) cells
@@ -891,7 +929,9 @@ def estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryE
     output = [0] * (n_dev + 1)
     # llama_context::output_reserve: f32 logits for max(n_outputs, n_seq_max) rows, in host
     # memory (pinned host memory of the output device when it is a GPU)
-    output[host_index] = 4 * spec.n_vocab * settings.n_parallel
+    # T5 (enc-dec) also keeps the embeddings: has_embd with n_embd_out = n_embd
+    width = spec.n_vocab + (spec.n_embd if spec.memory_kind == "enc_dec" else 0)
+    output[host_index] = 4 * width * settings.n_parallel
 
     devices = []
     for i, dev_info in enumerate((*gpus, hardware.host)):
@@ -932,5 +972,7 @@ def estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryE
         context=ctx,
         n_gpu_layers=placement.n_gpu_layers,
         kv_rule_known=spec.kv_rule_known,
+        kv_status=spec.kv_status,
+        compute_known=spec.arch in COMPUTE_CHECKED_ARCHS,
         notes=tuple(notes),
     )

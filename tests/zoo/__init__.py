@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.zoo import dense, special
+from tests.zoo import dense, modern, special
 
 Builder = Callable[[Path], None]
 
-ZOO: dict[str, Builder] = {**dense.BUILDERS, **special.BUILDERS}
+ZOO: dict[str, Builder] = {**dense.BUILDERS, **special.BUILDERS, **modern.BUILDERS}
 
 
 def write_model(name: str, directory: Path) -> Path:

@@ -98,7 +98,12 @@ def _print_estimate(d: dict[str, Any]) -> None:
         )
     print_table(rows)
     for c in d["caches"]:
-        label = {"kv": "KV cache", "kv_swa": "SWA KV cache", "recurrent": "recurrent state"}
+        label = {
+            "kv": "KV cache",
+            "kv_swa": "SWA KV cache",
+            "kv_idx": "indexer key cache",
+            "recurrent": "recurrent state",
+        }
         print(
             f"  {label[c['kind']]}: {c['cells']:,} cells × {c['n_stream']} stream(s), "
             f"{c['n_layers']} layers, {c['type_k']} {format_bytes(c['k_bytes'])} + "

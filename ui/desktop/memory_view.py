@@ -963,7 +963,12 @@ class MemoryPanel(QWidget):
 def resolved_text(est: MemoryEstimate, hardware_label: str) -> str:
     """Return what llama.cpp will create, in one paragraph (cells, caches, batches)."""
     ctx = est.context
-    kinds = {"kv": "full-attention", "kv_swa": "sliding-window", "recurrent": "recurrent"}
+    kinds = {
+        "kv": "full-attention",
+        "kv_swa": "sliding-window",
+        "kv_idx": "indexer-key",
+        "recurrent": "recurrent",
+    }
     caches = "; ".join(
         f"{c.n_layers} {kinds[c.kind]} layers × {c.cells:,} cells"
         + (f" × {c.n_stream} streams" if c.n_stream > 1 else "")
