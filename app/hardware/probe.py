@@ -951,6 +951,12 @@ class _Collect:
         return None
 
 
+def _lacks_figures(gpu: GpuInfo) -> bool:
+    """Whether a profile of ``gpu``'s name could fill a figure its probe did not find."""
+    missing = gpu.bandwidth_gb_per_s is None or gpu.fp16_tflops is None
+    return missing and gpu.vendor in ("nvidia", "amd", "intel")
+
+
 def _with_profile_figures(
     gpus: tuple[GpuInfo, ...], profiles: ProfileSet | None
 ) -> tuple[GpuInfo, ...]:
@@ -995,7 +1001,14 @@ def detect(
     system = system or platform.system()
     c = _Collect()
     base = Path(root)
-    profiles = c.run("profiles", _builtin_profiles, timeout_s)
+    read: list[ProfileSet | None] = []
+
+    def profiles() -> ProfileSet | None:
+        """The built-in profiles, read on first need (18 ms: a CPU-only machine has none)."""
+        if not read:
+            read.append(c.run("profiles", _builtin_profiles, timeout_s))
+        return read[0]
+
     host = c.run(
         "host",
         lambda: probe_host(cpuinfo_path=base / "proc" / "cpuinfo", run=run, system=system),
@@ -1019,7 +1032,7 @@ def detect(
             detail = ", ".join(g.name for g in found) or "NVML runs but sees no GPU"
             c.statuses.append(ProbeStatus("nvidia", "ok" if found else "none", detail))
     if system == "Darwin":
-        apple = c.run("apple", lambda: probe_apple(run, profiles=profiles), timeout_s)
+        apple = c.run("apple", lambda: probe_apple(run, profiles=profiles()), timeout_s)
         if apple is not None:
             gpu, _ = apple
             gpus.append(gpu)
@@ -1054,11 +1067,17 @@ def detect(
         c.statuses.append(
             ProbeStatus("host bandwidth", "unknown", "not measured yet (ggtune hw measures it)")
         )
-    if profiles is not None:
-        c.statuses.append(ProbeStatus("profiles", "ok", f"{len(profiles)} built-in profiles"))
+    if any(_lacks_figures(g) for g in gpus):
+        with_figures = _with_profile_figures(tuple(gpus), profiles())
+    else:
+        with_figures = tuple(gpus)
+    if not read:
+        c.statuses.append(ProbeStatus("profiles", "none", "not read: no GPU lacks their figures"))
+    elif read[0] is not None:
+        c.statuses.append(ProbeStatus("profiles", "ok", f"{len(read[0])} built-in profiles"))
     return HardwareReport(
         host=host,
-        gpus=_with_profile_figures(tuple(gpus), profiles),
+        gpus=with_figures,
         host_bandwidth=bandwidth,
         statuses=tuple(c.statuses),
     )

@@ -299,6 +299,19 @@ def test_detect_on_a_sysfs_tree_gives_the_amd_gpu_to_the_estimator(
     assert len(report.gpus) == 3  # the Intel and NVIDIA cards are still reported
 
 
+def test_profiles_are_read_only_when_a_gpu_lacks_a_figure(sysfs: Path, tmp_path: Path) -> None:
+    # A CPU-only machine needs no profile figure: the 18 ms of reading them are saved.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    alone = detect(root=bare, system="Linux", nvidia=False, cache_dir=tmp_path / "cache")
+    assert alone.gpus == ()
+    assert alone.status("profiles").state == "none"
+    # GPUs from sysfs carry no bandwidth or FP16 rate: the profiles are read to fill them.
+    report = detect(root=sysfs, system="Linux", nvidia=False, cache_dir=tmp_path / "cache")
+    assert report.status("profiles").state == "ok"
+    assert "built-in profiles" in report.status("profiles").detail
+
+
 def test_integrated_amd_gpu_says_its_vram_is_a_carve_out() -> None:
     apu = DrmCard("card0", 0x1002, 0x15BF, "Phoenix1", "amdgpu", 512 * MIB, 0, 16 * GIB)
     (gpu,) = drm_gpus([apu], skip_nvidia=False)
