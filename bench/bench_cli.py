@@ -1,0 +1,121 @@
+"""Whole-process time of ``ggtune inspect``/``estimate``, beside llama.cpp's llama-fit-params.
+
+Target: ``ggtune inspect MODEL --json`` and ``ggtune estimate MODEL --json`` each ≤ 0.2 s
+from process start to exit, on the demo model (Gemma 3 270M).
+
+Run: ``.venv/bin/python -m bench.bench_cli [--runs N]`` (after ``python3 tasks.py run``
+fetched the demo model and built llama.cpp's tools). Every run is a fresh process started
+with ``subprocess.run`` and timed from just before the spawn to its exit, with bytecode
+already cached (one untimed run of each command first). In the same run, llama.cpp's own
+``llama-fit-params`` (built by the set-up beside the wheel, found by
+:func:`runner.llama_tools.find_tool`) on the same model: ``-fitp on`` prints llama.cpp's
+memory estimate per device, without it the tool fits context and GPU layers; both load the
+model's metadata into the real engine. Prints a markdown table for docs/benchmarks.md.
+
+``--source DIR`` times the ggtune of another checkout with this venv, to compare with an
+older commit (``git worktree add --detach /tmp/old COMMIT``).
+
+Example::
+
+    $ .venv/bin/python -m bench.bench_cli --runs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from datetime import date
+from pathlib import Path
+from typing import Final
+
+TARGET_S: Final = 0.2
+ROOT: Final = Path(__file__).resolve().parents[1]
+
+
+def ggtune_command(source: Path | None = None) -> list[str]:
+    """Return how to start ggtune: the venv's console script, as a user types it; or the
+    ggtune of another checkout ``source`` (``python -m ui.entry`` with it first on the path)."""
+    if source is not None:
+        return [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(source)!r}); "
+                "import runpy; runpy.run_module('ui.entry', run_name='__main__')"]  # fmt: skip
+    script = Path(sys.executable).with_name("ggtune")
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-m", "ui.entry"]
+
+
+def time_process(argv: Sequence[str]) -> float:
+    """Run ``argv`` once (output discarded); return seconds from spawn to exit."""
+    started = time.perf_counter()
+    done = subprocess.run(
+        list(argv), cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr[-2000:]}")
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Time each command ``--runs`` times and print a markdown table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--source",
+        type=Path,
+        metavar="DIR",
+        help="time the ggtune of this checkout instead (e.g. a git worktree of an older commit)",
+    )
+    args = parser.parse_args(argv)
+
+    from app.sources.demo_models import ensure_demo_models
+
+    model = str(ensure_demo_models().gemma)
+    ggtune = ggtune_command(args.source)
+    commands: list[tuple[str, list[str], float | None]] = [
+        ("`ggtune inspect MODEL --json`", [*ggtune, "inspect", model, "--json"], TARGET_S),
+        ("`ggtune estimate MODEL --json`", [*ggtune, "estimate", model, "--json"], TARGET_S),
+    ]
+    try:
+        from runner.llama_tools import LlamaToolMissing, find_tool
+
+        fit = str(find_tool("llama-fit-params"))
+        commands += [
+            ("`llama-fit-params -m MODEL -fitp on` (llama.cpp's estimate)",
+             [fit, "-m", model, "-fitp", "on"], None),
+            ("`llama-fit-params -m MODEL` (llama.cpp fits -c and -ngl)",
+             [fit, "-m", model], None),
+        ]  # fmt: skip
+    except LlamaToolMissing as missing:
+        print(f"llama-fit-params not measured: {missing}\n", file=sys.stderr)
+
+    rows = []
+    for label, command, target in commands:
+        time_process(command)  # bytecode and the OS file cache warm: "cold" = a new process
+        secs = [time_process(command) for _ in range(args.runs)]
+        rows.append((label, secs, target))
+
+    cpu = platform.processor() or platform.machine()
+    print(f"{Path(model).name}, {os.cpu_count()} CPUs ({cpu}), Python "
+          f"{platform.python_version()}, {args.runs} runs each, {date.today()}\n")  # fmt: skip
+    print("| command | median | min | max | target |")
+    print("|---|---:|---:|---:|---:|")
+    met = True
+    for label, secs, target in rows:
+        median = statistics.median(secs)
+        mark = ""
+        if target is not None:
+            met = met and median <= target
+            mark = f"≤ {target:g} s" + ("" if median <= target else " (missed)")
+        print(f"| {label} | {median:.2f} s | {min(secs):.2f} s | {max(secs):.2f} s | {mark} |")
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
