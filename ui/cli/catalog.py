@@ -13,9 +13,9 @@ import json
 from typing import Any
 
 from app.model.catalog import active_params, catalog_header, load_catalog
+from app.model.facts import kv_bytes_per_token
 from app.model.spec import model_spec
 from ui.cli.commands import COMMANDS
-from ui.cli.inspect import kv_bytes_per_token
 from ui.cli.output import format_bytes
 
 

@@ -2,7 +2,7 @@
 
 :func:`load_model` reads the header (never the weights) and builds the
 :class:`~app.model.spec.ModelSpec` and a :class:`ModelCard`, the words and numbers the Models
-panel shows. The card reuses :func:`ui.cli.inspect.inspect_dict`, so it says what
+panel shows. The card words :func:`app.model.facts.describe_model`'s facts, so it says what
 ``ggtune inspect`` says.
 
 A path ``catalog:NAME`` opens an entry of ggtune's model catalog (:mod:`app.model.catalog`)
@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from app.errors import CatalogError, GGTuneError
 from app.model.catalog import (
@@ -31,11 +31,11 @@ from app.model.catalog import (
     catalog_keys,
     load_entry,
 )
+from app.model.facts import describe_model
 from app.model.gguf_reader import read_model
 from app.model.spec import ModelSpec, model_spec
 from app.planning.planner import own_quant_name
 from app.predict.verdict import format_size
-from ui.cli.inspect import inspect_dict
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,49 +167,45 @@ def _kib(n_bytes: int) -> str:
 
 def model_card(spec: ModelSpec) -> ModelCard:
     """Return the card of ``spec``: architecture, parameters, quant mix, context, KV per token."""
-    d: dict[str, Any] = inspect_dict(spec)
+    d = describe_model(spec)
     facts: list[tuple[str, str]] = [
-        ("Architecture", f"{d['architecture']} ({d['memory_kind']} memory)"),
-        ("Parameters", f"{d['parameters'] / 1e9:.3f} B ({d['parameters']:,})"),
-        ("Weights", f"{format_size(d['weights_bytes'])}, {d['bits_per_weight']:.2f} bits/weight"),
-        ("Training context", f"{d['context_length']:,} tokens"),
+        ("Architecture", f"{d.architecture} ({d.memory_kind} memory)"),
+        ("Parameters", f"{d.parameters / 1e9:.3f} B ({d.parameters:,})"),
+        ("Weights", f"{format_size(d.weights_bytes)}, {d.bits_per_weight:.2f} bits/weight"),
+        ("Training context", f"{d.context_length:,} tokens"),
         (
             "Layers",
-            f"{d['n_layer']}: " + ", ".join(f"{n} {k}" for k, n in d["layers_by_kind"].items()),
+            f"{d.n_layer}: " + ", ".join(f"{n} {k}" for k, n in d.layers_by_kind.items()),
         ),
         (
             "Attention",
-            f"{d['n_head']} heads, {d['n_head_kv']} KV heads, head size "
-            f"{d['head_size_k']}/{d['head_size_v']}"
-            + (f", window {d['sliding_window']:,} tokens" if d["sliding_window"] else ""),
+            f"{d.n_head} heads, {d.n_head_kv} KV heads, head size "
+            f"{d.head_size_k}/{d.head_size_v}"
+            + (f", window {d.sliding_window:,} tokens" if d.sliding_window else ""),
         ),
     ]
-    if d["experts"]:
-        e = d["experts"]
+    if d.experts:
+        e = d.experts
         facts.append(
             (
                 "Experts",
-                f"{e['used']} of {e['total']} per token"
-                + (f", {e['shared']} shared" if e["shared"] else ""),
+                f"{e.used} of {e.total} per token" + (f", {e.shared} shared" if e.shared else ""),
             )
         )
-    kv = d["kv_bytes_per_token"]
+    kv = d.kv_bytes_per_token
     if kv:
         facts.append(("KV per token", ", ".join(f"{k} {_kib(v)}" for k, v in kv.items())))
     elif not spec.kv_rule_known:
         facts.append(("KV per token", "unknown for this architecture"))
-    facts.append(("Vocabulary", f"{d['n_vocab']:,} tokens"))
-    total = max(1, d["weights_bytes"])
-    mix = sorted(d["quantization"].items(), key=lambda kv: -kv[1]["bytes"])
+    facts.append(("Vocabulary", f"{d.n_vocab:,} tokens"))
+    total = max(1, d.weights_bytes)
+    mix = sorted(d.quantization.items(), key=lambda kv: -kv[1].bytes)
     quant_mix = tuple(
-        (
-            name,
-            f"{q['tensors']} tensors, {format_size(q['bytes'])} ({100 * q['bytes'] / total:.0f} %)",
-        )
+        (name, f"{q.tensors} tensors, {format_size(q.bytes)} ({100 * q.bytes / total:.0f} %)")
         for name, q in mix
     )
-    title = d["name"] or os.path.basename(spec.path)
-    return ModelCard(title=title, facts=tuple(facts), quant_mix=quant_mix, notes=tuple(d["notes"]))
+    title = d.name or os.path.basename(spec.path)
+    return ModelCard(title=title, facts=tuple(facts), quant_mix=quant_mix, notes=d.notes)
 
 
 def load_model(path: str | os.PathLike[str], *, is_demo: bool = False) -> LoadedModel:
