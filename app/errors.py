@@ -7,10 +7,13 @@ The tree::
 
     GGTuneError
     ├── GGUFError                  a model file could not be read (has .path and .offset)
+    │   ├── UnreadableFileError    the file exists but cannot be read (permission, I/O)
     │   ├── NotGGUFError           the magic is not "GGUF"
     │   ├── UnsupportedVersionError  GGUF version other than 2 or 3
     │   ├── TruncatedError         the file ends inside a structure
-    │   ├── LimitExceededError     a count or length larger than the file could hold
+    │   ├── LimitExceededError     a count or length larger than the file could hold, or
+    │   │                          a header past what any real model needs (64 MiB,
+    │   │                          65,536 tensors or keys)
     │   ├── UnknownValueTypeError  a metadata value type outside the GGUF spec
     │   ├── UnknownTensorTypeError a ggml tensor type this build does not know
     │   ├── InvalidTensorDataError tensor data out of the file, misaligned or overlapping
@@ -90,6 +93,10 @@ class GGUFError(GGTuneError):
         self.message = message
         where = f" at byte {offset}" if offset is not None else ""
         super().__init__(f"{self.path}:{where} {message}" if where else f"{self.path}: {message}")
+
+
+class UnreadableFileError(GGUFError):
+    """The file exists but reading it failed: no permission, an I/O error, a folder."""
 
 
 class NotGGUFError(GGUFError):

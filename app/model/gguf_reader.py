@@ -19,8 +19,12 @@ only ``read(n)``, ``seek()`` and ``tell()`` of its source, so an HTTP range read
 
 Every count and length is checked against the bytes the rest of the file could hold *before*
 anything is allocated or looped over, so a hostile file fails fast with a
-:class:`~app.errors.GGUFError` that names the file and the byte offset. Only ``OSError`` from
-the source itself (permissions, a failing disk) passes through unchanged.
+:class:`~app.errors.GGUFError` that names the file and the byte offset; a source whose
+read fails (permissions, a failing disk) raises :class:`~app.errors.UnreadableFileError`.
+A header is also refused past what any real model needs (:data:`MAX_HEADER_BYTES`,
+:data:`MAX_TENSORS`, :data:`MAX_METADATA_KEYS`), which bounds the time and memory one
+costs: at most ~1 s of CPU and ~2 bytes of memory per header byte on top of ~48 MiB
+(tests/app/test_hostile_gguf.py holds the reader to that under resource limits).
 
 Example::
 
@@ -35,6 +39,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import errno
 import itertools
 import math
 import os
@@ -56,6 +61,7 @@ from app.errors import (
     TruncatedError,
     UnknownTensorTypeError,
     UnknownValueTypeError,
+    UnreadableFileError,
     UnsupportedVersionError,
 )
 from app.model.ggml import GGML_TYPES, GGUFValueType
@@ -99,6 +105,27 @@ MAX_READ_ITEMS: Final = 1 << 24
 WINDOW_BYTES: Final = 1 << 20
 """Bytes read from the source at a time; a skip longer than this seeks instead."""
 
+MAX_HEADER_BYTES: Final = 64 << 20
+"""Largest header read, from the magic to the end of the tensor infos: 64 MiB. Real
+models' headers hold under 20 MiB (Gemma 3's 262k-token vocabulary: 6.5 MB; the big
+arrays are skipped, not kept), so this bounds the time and memory a hostile file costs
+without refusing any real model; gguf.cpp itself has no such bound."""
+
+MAX_TENSORS: Final = 1 << 16
+"""Most tensors in one file (65,536). The largest real models hold about 2,000
+(DeepSeek-V3: 1,025 per file; unmerged Mixtral 8x22B: 1,800); each tensor info costs
+~0.4 KiB of memory, so this keeps a hostile count of zero-size tensors to ~26 MiB."""
+
+MAX_SHARDS: Final = MAX_TENSORS
+"""Most shards of a split model: each shard holds at least one tensor."""
+
+MAX_METADATA_KEYS: Final = 1 << 16
+"""Most metadata keys in one file (65,536; real models have under 100)."""
+
+MAX_INLINE_BYTES: Final = 4 << 20
+"""Bytes of small arrays kept as tuples per header; arrays after that stay lazy
+(:class:`LazyArray`), so a header of many small arrays cannot grow eight-fold in memory.
+Real models' small arrays (per-layer counts, patterns) take a few KiB."""
 _INT64_MAX: Final = (1 << 63) - 1
 
 # Smallest encoding of one KV pair: u64 key length + a 1-byte key + u32 type + a u8 value; and
@@ -401,9 +428,25 @@ def read_header(
     with the content, :class:`~app.errors.ModelFileNotFoundError` for a missing path.
     """
     assert max_inline_array >= 0, "max_inline_array must be >= 0"
-    with _open_source(source, name) as (file, display_name):
-        cursor = _Cursor.here(file, display_name)
-        return _Parser(cursor, max_inline_array).header()
+    display = name or (os.fspath(source) if isinstance(source, str | os.PathLike) else "<stream>")
+    try:
+        with _open_source(source, name) as (file, display_name):
+            display = display_name
+            cursor = _Cursor.here(file, display_name)
+            return _Parser(cursor, max_inline_array).header()
+    except OSError as err:
+        raise _unreadable(display, err) from err
+
+
+def _unreadable(path: str, err: OSError) -> UnreadableFileError:
+    """Return the one-line error for a source whose read failed."""
+    if err.errno in (errno.EACCES, errno.EPERM):
+        why = "permission denied"
+    elif err.errno == errno.EISDIR:
+        why = "it is a folder"
+    else:
+        why = err.strerror or type(err).__name__
+    return UnreadableFileError(path, None, f"cannot read the file: {why}")
 
 
 def read_model(path: str | os.PathLike[str]) -> ModelFile:
@@ -421,6 +464,11 @@ def read_model(path: str | os.PathLike[str]) -> ModelFile:
     if n_split <= 1:
         return _merge(path_str, (given,))
 
+    if n_split > MAX_SHARDS:
+        raise SplitModelError(
+            f"{path_str}: split.count says {n_split} shards, more than any model has "
+            f"(at most {MAX_SHARDS}); the file is damaged"
+        )
     split_no = given.get_int(_KEY_SPLIT_NO)
     if not 0 <= split_no < n_split:
         raise SplitModelError(f"{path_str}: split.no {split_no} is outside 0..{n_split - 1}")
@@ -437,11 +485,18 @@ def read_model(path: str | os.PathLike[str]) -> ModelFile:
         os.path.join(folder, f"{match['prefix']}-{i + 1:05d}-of-{n_split:05d}.gguf")
         for i in range(n_split)
     ]
-    missing = [os.path.basename(p) for p in paths if not os.path.isfile(p)]
+    # One listing of the folder, not one stat per shard: a damaged count stays cheap.
+    try:
+        present = {e.name for e in os.scandir(folder or ".") if e.is_file()}
+    except OSError:
+        present = set()
+    missing = [os.path.basename(p) for p in paths if os.path.basename(p) not in present]
     if missing:
+        shown = ", ".join(missing[:5]) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
         raise SplitModelError(
-            f"{path_str}: split model is missing {len(missing)} of {n_split} shards: "
-            + ", ".join(missing)
+            f"{path_str}: split model is missing {len(missing)} of {n_split} shards: {shown}"
         )
     shards = tuple(given if i == split_no else read_header(p) for i, p in enumerate(paths))
     for i, shard in enumerate(shards):
@@ -531,7 +586,7 @@ class _Cursor:
     readable bytes (the file size), ``None`` if the source cannot tell.
     """
 
-    __slots__ = ("end", "file", "name", "pos", "seekable", "window", "window_start")
+    __slots__ = ("end", "file", "limit", "name", "pos", "seekable", "window", "window_start")
 
     def __init__(self, file: BinaryIO, name: str, start: int, end: int | None) -> None:
         self.file = file
@@ -541,6 +596,17 @@ class _Cursor:
         self.pos = 0
         self.end = end
         self.seekable = end is not None
+        self.limit: int | None = None
+        """Absolute offset the header may not reach past (``MAX_HEADER_BYTES``), or None."""
+
+    def over_limit(self, offset: int, what: str) -> LimitExceededError:
+        """Return the error for a header that would run past :attr:`limit`."""
+        return LimitExceededError(
+            self.name,
+            offset,
+            f"{what} would make the header larger than {MAX_HEADER_BYTES >> 20} MiB; real "
+            "models' headers are under 20 MiB, so this is not a model file ggtune can use",
+        )
 
     @classmethod
     def here(cls, file: BinaryIO, name: str) -> _Cursor:
@@ -578,10 +644,12 @@ class _Cursor:
 
         ``what`` (and ``key``, the metadata key) name the count in the message.
         """
-        if count <= limit and (
-            self.end is None or count * item_bytes <= self.end - self.window_start - self.pos
-        ):
-            return
+        left = None if self.end is None else self.end - self.window_start - self.pos
+        if count <= limit and (left is None or count * item_bytes <= left):
+            if self.limit is None or count * item_bytes <= self.limit - self.offset:
+                return
+            label = f"{what} of {key!r}" if key else what
+            raise self.over_limit(offset, f"{label} {count}")
         label = f"{what} of {key!r}" if key else what
         if count > limit:
             message = f"{label} {count} is more than the limit of {limit}"
@@ -598,6 +666,8 @@ class _Cursor:
         if self.pos + n <= len(self.window):
             return
         offset = self.offset
+        if self.limit is not None and offset + n > self.limit:
+            raise self.over_limit(offset, what)
         keep = self.window[self.pos :]
         want = max(n - len(keep), WINDOW_BYTES)
         read_end = self.window_start + len(self.window)
@@ -627,6 +697,8 @@ class _Cursor:
             self.pos += n
             return
         target = self.offset + n
+        if self.limit is not None and target > self.limit:
+            raise self.over_limit(self.offset, what)
         if self.end is not None and target > self.end:
             raise TruncatedError(
                 self.name, self.offset, f"file ends at byte {self.end} inside {what}"
@@ -738,17 +810,20 @@ class _Cursor:
 class _Parser:
     """Parse GGUF structures from a cursor; arrays above ``max_inline`` items stay lazy."""
 
-    __slots__ = ("cursor", "max_inline")
+    __slots__ = ("cursor", "inline_left", "max_inline")
 
     def __init__(self, cursor: _Cursor, max_inline: int) -> None:
         self.cursor = cursor
         self.max_inline = max_inline
+        self.inline_left = MAX_INLINE_BYTES
+        """File bytes of small arrays that may still become tuples (MAX_INLINE_BYTES)."""
 
     def header(self) -> Header:
         """Parse a whole GGUF header (mirrors gguf.cpp gguf_init_from_reader)."""
         cur = self.cursor
         name = cur.name
         base = cur.offset
+        cur.limit = base + MAX_HEADER_BYTES
         self.magic()
         version = cur.u32("version")
         if version not in SUPPORTED_VERSIONS:
@@ -763,8 +838,8 @@ class _Parser:
         count_offset = cur.offset
         n_tensors = cur.u64("tensor count")
         n_kv = cur.u64("metadata count")
-        cur.check_room(n_kv, _MIN_KV_BYTES, _INT64_MAX, count_offset + 8, "metadata count")
-        cur.check_room(n_tensors, _MIN_TENSOR_INFO_BYTES, _INT64_MAX, count_offset, "tensor count")
+        cur.check_room(n_kv, _MIN_KV_BYTES, MAX_METADATA_KEYS, count_offset + 8, "metadata count")
+        cur.check_room(n_tensors, _MIN_TENSOR_INFO_BYTES, MAX_TENSORS, count_offset, "tensor count")
         need = n_tensors * _MIN_TENSOR_INFO_BYTES + n_kv * _MIN_KV_BYTES
         if cur.end is not None and need > cur.end - cur.offset:
             raise LimitExceededError(
@@ -890,9 +965,11 @@ class _Parser:
         """Read an array value: a tuple, or a LazyArray above ``max_inline`` items."""
         cur = self.cursor
         item_type, count = self.array_head(key, depth)
-        if count <= self.max_inline:
-            return self.items(item_type, count, depth, key)
         start = cur.offset
+        if count <= self.max_inline and self.inline_left > 0:
+            items = self.items(item_type, count, depth, key)
+            self.inline_left -= cur.offset - start
+            return items
         self.skip_items(item_type, count, depth, key)
         return LazyArray(item_type, count, start, cur.offset - start)
 
