@@ -18,6 +18,8 @@ import pytest
 
 from app.sources.demo_models import GEMMA, SMOLLM, DemoModels, ensure_demo_models
 from tests.fake_hub import FakeHub, Served, make_hub, running, write_split_model
+from tests.hostile_hub import HostileHub
+from tests.hostile_hub import running as hostile_running
 
 pytest_plugins = ["tests.llama_tools"]
 
@@ -143,3 +145,21 @@ def llama_cpp_source() -> Path:
                 part.write_bytes(data.read())
                 part.replace(target)
     return root
+
+
+@pytest.fixture
+def hostile_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HostileHub]:
+    """Run a hostile hub (tests/hostile_hub.py) on loopback and point HF_ENDPOINT at it.
+
+    It answers nothing until the test registers handlers; every cache, token and config
+    file goes to tmp_path, as with ``hub``.
+    """
+    with hostile_running(HostileHub()) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+        monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+        for name in ("HF_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH"):
+            monkeypatch.delenv(name, raising=False)
+        yield server

@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import errno
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -61,7 +63,14 @@ from app.errors import (
     SplitModelError,
 )
 from app.model.gguf_reader import Header, ModelFile, TensorInfo
-from app.sources.remote import BLOCK_BYTES, is_url, open_url, read_remote_header
+from app.sources.remote import (
+    BLOCK_BYTES,
+    TIMEOUT_S,
+    is_url,
+    open_url,
+    read_body,
+    read_remote_header,
+)
 
 __all__ = [
     "DownloadProgress",
@@ -305,17 +314,40 @@ class RepoListing:
             names = ", ".join(m.name for m in matches)
             raise RemoteNotFoundError(where, f"{selector!r} names {len(matches)} files: {names}")
         have = ", ".join(sorted({m.quant or m.name for m in self.models})) or "no GGUF models"
-        raise RemoteNotFoundError(where, f"no file or quant {selector!r}; the repo has: {have}")
+        skipped = f" ({len(self.issues)} left out; first: {self.issues[0]})" if self.issues else ""
+        raise RemoteNotFoundError(
+            where, f"no file or quant {selector!r}; the repo has: {have}{skipped}"
+        )
 
 
-def _get_json(url: str, token: str | None) -> tuple[object, str | None]:
-    """GET ``url`` and return (parsed JSON, the next page's URL from ``Link``)."""
-    with open_url(url, token=token, headers={"Accept": "application/json"}) as response:
-        body = response.read()
+MAX_REMOTE_SHARDS: Final = 1024
+"""Most shards of a split model read by URL (the biggest real ones have about 50)."""
+
+MAX_JSON_BYTES: Final = 32 << 20
+"""Largest hub API answer read (a tree page of 1,000 files is about 300 KiB)."""
+
+MAX_TREE_PAGES: Final = 10_000
+"""Most tree pages followed (10 million files at the hub's 1,000 per page)."""
+
+_SHA256: Final = re.compile(r"^[0-9a-fA-F]{64}$")
+_GIT_OID: Final = re.compile(r"^[0-9a-f]{40}$")
+_COMMIT: Final = re.compile(r"^[0-9a-f]{40}$")
+"""A commit id as huggingface_hub checks it (``constants.REGEX_COMMIT_HASH``)."""
+
+
+def _get_json(url: str, token: str | None, timeout_s: float) -> tuple[object, str | None]:
+    """GET ``url`` and return (parsed JSON, the next page's URL from ``Link``).
+
+    The answer may take at most ``timeout_s`` seconds and :data:`MAX_JSON_BYTES`.
+    """
+    with open_url(
+        url, token=token, headers={"Accept": "application/json"}, timeout_s=timeout_s
+    ) as response:
+        body = read_body(response, url, max_bytes=MAX_JSON_BYTES, deadline_s=timeout_s)
         link = response.headers.get("Link")
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise RemoteError(url, "the hub's answer is not JSON") from None
     next_url = None
     if link:
@@ -325,53 +357,128 @@ def _get_json(url: str, token: str | None) -> tuple[object, str | None]:
     return data, next_url
 
 
-def list_repo(repo: str | RepoRef, *, token: str | None = None) -> RepoListing:
+def _same_origin(a: str, b: str) -> bool:
+    pa, pb = urllib.parse.urlsplit(a), urllib.parse.urlsplit(b)
+    return (pa.scheme, pa.netloc.lower()) == (pb.scheme, pb.netloc.lower())
+
+
+def list_repo(
+    repo: str | RepoRef, *, token: str | None = None, timeout_s: float = TIMEOUT_S
+) -> RepoListing:
     """List the GGUF models of ``repo`` (an id, URL or :class:`RepoRef`) with sizes.
 
     Two kinds of request, as huggingface_hub makes them: the revision's info (for its
     commit) and the recursive file tree at that commit (paginated). ``token`` defaults to
-    :func:`hub_token`. Raise :class:`~app.errors.RemoteError` subclasses (404 for an
-    unknown repo or revision, 401/403 for a private one, offline, rate limited).
+    :func:`hub_token`; each answer must arrive whole within ``timeout_s`` seconds. Files
+    whose path is unsafe (``..``, absolute) or that carry no checksum to verify a
+    download against are left out and named in ``issues``. Raise
+    :class:`~app.errors.RemoteError` subclasses (404 for an unknown repo or revision,
+    401/403 for a private one, offline, rate limited, an answer that is not the hub's).
     """
     ref = parse_repo(repo) if isinstance(repo, str) else repo
     endpoint = hub_endpoint()
     token = token if token is not None else hub_token()
     rev = urllib.parse.quote(ref.revision, safe="")
-    info, _ = _get_json(f"{endpoint}/api/models/{ref.repo_id}/revision/{rev}", token)
+    where = f"{endpoint}/{ref.repo_id}"
+    info, _ = _get_json(f"{endpoint}/api/models/{ref.repo_id}/revision/{rev}", token, timeout_s)
     commit = info.get("sha") if isinstance(info, dict) else None
-    if not isinstance(commit, str) or not commit:
-        raise RemoteError(f"{endpoint}/{ref.repo_id}", "the hub's answer names no commit")
+    if not isinstance(commit, str) or not _COMMIT.match(commit):
+        raise RemoteError(where, "the hub's answer names no valid commit id")
     files: list[HubFile] = []
+    issues: list[str] = []
     page: str | None = (
         f"{endpoint}/api/models/{ref.repo_id}/tree/{commit}?recursive=true&expand=false"
     )
+    seen: set[str] = set()
     while page is not None:
-        data, page = _get_json(page, token)
+        if page in seen or len(seen) >= MAX_TREE_PAGES:
+            raise RemoteError(where, "the hub's file tree pages loop; refused")
+        if not _same_origin(page, endpoint):
+            raise RemoteError(
+                where, f"the hub's next tree page is on another host ({_host_of(page)}); refused"
+            )
+        seen.add(page)
+        data, page = _get_json(page, token, timeout_s)
         if not isinstance(data, list):
-            raise RemoteError(f"{endpoint}/{ref.repo_id}", "the hub's file tree is not a list")
-        files.extend(_hub_file(item) for item in data if _is_gguf_item(item))
-    models, extras, issues = _group(files)
-    return RepoListing(ref.repo_id, ref.revision, commit, endpoint, models, extras, issues)
+            raise RemoteError(where, "the hub's file tree is not a list")
+        for item in data:
+            if _is_gguf_item(item):
+                assert isinstance(item, dict), "checked by _is_gguf_item"
+                hub_file, problem = _hub_file(item)
+                if hub_file is None:
+                    issues.append(problem)
+                else:
+                    files.append(hub_file)
+    models, extras, group_issues = _group(files)
+    return RepoListing(
+        ref.repo_id, ref.revision, commit, endpoint, models, extras, (*issues, *group_issues)
+    )
+
+
+def _host_of(url: str) -> str:
+    return urllib.parse.urlsplit(url).netloc or url
 
 
 def _is_gguf_item(item: object) -> bool:
     return (
         isinstance(item, dict)
         and item.get("type") == "file"
-        and str(item.get("path", "")).lower().endswith(".gguf")
+        and isinstance(item.get("path"), str)
+        and str(item["path"]).lower().endswith(".gguf")
     )
 
 
-def _hub_file(item: dict[str, object]) -> HubFile:
+def unsafe_path_reason(path: str) -> str | None:
+    """Return why a repo file path may not be written under a folder, or None if it may.
+
+    A path is written below the download folder as it is, so it must be relative, use
+    ``/`` only, and have no empty, ``.`` or ``..`` part, no control character, no ``\\``
+    and no ``:`` (a drive or a stream on Windows).
+    """
+    if not path or len(path) > 1024:
+        return "an empty or overlong path"
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        return "a control character in the path"
+    if path.startswith("/"):
+        return "an absolute path"
+    if "\\" in path or ":" in path:
+        return "a '\\' or ':' in the path (a drive or stream on Windows)"
+    parts = path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return "a '..', '.' or empty part in the path"
+    if any(len(p.encode("utf-8")) > 255 for p in parts):
+        return "a file name longer than 255 bytes"
+    return None
+
+
+def _checksum_of(sha256: str | None, blob_id: str) -> str | None:
+    """Return the checksum a download is verified against (sha256, else git oid)."""
+    if sha256 is not None:
+        return sha256.lower() if _SHA256.match(sha256) else None
+    return blob_id if _GIT_OID.match(blob_id) else None
+
+
+def _hub_file(item: dict[str, object]) -> tuple[HubFile | None, str]:
+    """Return the listed file, or None and why it is left out."""
+    path = str(item["path"])
     lfs = item.get("lfs")
     sha256 = lfs.get("oid") if isinstance(lfs, dict) else None
     size = item.get("size")
-    return HubFile(
-        path=str(item["path"]),
-        size_bytes=size if isinstance(size, int) else 0,
-        sha256=sha256 if isinstance(sha256, str) else None,
-        blob_id=str(item.get("oid", "")),
+    oid = item.get("oid")
+    hub_file = HubFile(
+        path=path,
+        size_bytes=size if isinstance(size, int) and not isinstance(size, bool) else -1,
+        sha256=sha256 if isinstance(sha256, str) else ("" if isinstance(lfs, dict) else None),
+        blob_id=oid if isinstance(oid, str) else "",
     )
+    unsafe = unsafe_path_reason(path)
+    if unsafe is not None:
+        return None, f"{path!r}: skipped, {unsafe} (not a file the hub would list)"
+    if hub_file.size_bytes < 0:
+        return None, f"{path}: skipped, the hub gives no size for it"
+    if _checksum_of(hub_file.sha256, hub_file.blob_id) is None:
+        return None, f"{path}: skipped, the hub gives no checksum to verify a download"
+    return hub_file, ""
 
 
 def _group(
@@ -549,6 +656,11 @@ def read_url_model(url: str, *, cache: bool = True) -> ModelFile:
     n_split = first.get_int("split.count", 0)
     if n_split <= 1:
         return join_shards((first,))
+    if n_split > MAX_REMOTE_SHARDS:
+        raise SplitModelError(
+            f"{url}: split.count says {n_split} shards; ggtune reads at most "
+            f"{MAX_REMOTE_SHARDS} over HTTP (one request each)"
+        )
     name = urllib.parse.unquote(segments[-1])
     match = _SPLIT.match(name)
     split_no = first.get_int("split.no", 0)
@@ -640,37 +752,105 @@ class _Meter:
 @dataclass(frozen=True, slots=True)
 class _Target:
     """Where one file goes: ``final`` (blob or file), ``partial`` beside it, ``link``
-    (the snapshot path pointing at a blob, None for a plain folder)."""
+    (the snapshot path pointing at a blob, None for a plain folder); ``checksum`` is what
+    its bytes must hash to (sha256, or the git blob id of a plain git file)."""
 
     file: HubFile
     final: Path
     partial: Path
     link: Path | None
+    checksum: str
+    user_folder: bool
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """Return whether ``path`` stays below ``root`` once ``..`` and links are resolved."""
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        return False
 
 
 def _targets(
     listing: RepoListing, entry: ModelEntry, to: Path | None, hub_cache: Path | None
 ) -> list[_Target]:
+    """Return where each file goes; raise DownloadError for a file that would land
+    outside the folder (a hostile listing) or that has nothing to verify it against."""
     out = []
-    if to is not None:
-        for f in entry.files:
-            final = to / f.path.rsplit("/", 1)[-1]
-            out.append(_Target(f, final, final.with_name(final.name + ".part"), None))
-        return out
-    storage = (hub_cache or hub_cache_dir()) / ("models--" + listing.repo_id.replace("/", "--"))
+    if to is None:
+        root = (hub_cache or hub_cache_dir()) / ("models--" + listing.repo_id.replace("/", "--"))
+        if not _COMMIT.match(listing.commit):
+            raise DownloadError(
+                listing.url(entry.files[0]), f"unsafe commit id {listing.commit[:60]!r}; refused"
+            )
+    else:
+        root = to
     for f in entry.files:
-        blob = storage / "blobs" / (f.sha256 or f.blob_id)
+        url = listing.url(f)
+        unsafe = unsafe_path_reason(f.path)
+        if unsafe is not None:
+            raise DownloadError(url, f"unsafe file path {f.path[:80]!r} ({unsafe}); refused")
+        checksum = _checksum_of(f.sha256, f.blob_id)
+        if checksum is None or f.size_bytes < 0:
+            raise DownloadError(
+                url, "the hub gives no checksum (or size) to verify this file; refused"
+            )
+        if to is not None:
+            final = to / f.path.rsplit("/", 1)[-1]
+            out.append(
+                _Target(f, final, final.with_name(final.name + ".part"), None, checksum, True)
+            )
+            continue
+        blob = root / "blobs" / checksum
         # huggingface_hub's own name for a partial blob: either tool resumes the other's.
         partial = blob.with_name(blob.name + ".incomplete")
-        out.append(_Target(f, blob, partial, storage / "snapshots" / listing.commit / f.path))
+        link = root / "snapshots" / listing.commit / f.path
+        out.append(_Target(f, blob, partial, link, checksum, False))
+    for t in out:
+        for path in (t.final, t.partial, t.link):
+            if path is not None and not _inside(path, root):
+                raise DownloadError(
+                    listing.url(t.file), f"{path} would lie outside {root}; refused"
+                )
     return out
 
 
-def _complete(target: _Target) -> bool:
+def _disk_error(url: str, err: OSError, path: Path | None = None) -> DownloadError:
+    """Return the one-line error for a failed file operation during a download."""
+    where = path or (Path(err.filename) if err.filename else None)
+    if err.errno == errno.ENOSPC:
+        why = "the disk is full"
+    elif err.errno == errno.EFBIG:
+        why = "the file is larger than this process may write (file size limit)"
+    elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        why = "cannot write there (permission denied or a read-only disk)"
+    elif err.errno in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR):
+        why = "a file is in the way of a folder (or a folder of a file)"
+    else:
+        why = err.strerror or str(err)
+    at = f" ({where})" if where is not None else ""
+    return DownloadError(
+        url, f"{why}{at}; what was downloaded is kept, run the download again to resume"
+    )
+
+
+def _same_bytes(target: _Target, meter: _Meter, index: int, chunk_bytes: int) -> bool | None:
+    """Return whether the file at ``target.final`` is the hub's file (size and hash),
+    None when there is no file there."""
     try:
-        return target.final.stat().st_size == target.file.size_bytes
+        st = target.final.stat()
     except OSError:
+        return None
+    if not target.final.is_file():
         return False
+    if st.st_size != target.file.size_bytes:
+        return False
+    meter.report(target.file.path, index, "checking", force=True)
+    digest = _hasher(target.file)
+    with target.final.open("rb") as f:
+        while chunk := f.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest() == target.checksum
 
 
 def free_bytes(folder: Path) -> int:
@@ -700,36 +880,63 @@ def download(
     is written to ``<name>.part`` (``blobs/<sha256>.incomplete`` in the cache), resumed
     from its size with a Range request after an interruption (also across calls; up to
     ``retries`` times within one call), checked against the hub's size and sha256 (git
-    blob id for non-LFS files) and only then renamed into place. ``progress`` gets a
-    :class:`DownloadProgress` about 5 times a second; setting ``cancel`` stops at the next
-    chunk with :class:`~app.errors.DownloadCancelledError` (the partial file stays). Raise
-    :class:`~app.errors.DownloadError` when the disk lacks room (checked before starting)
-    or a checksum does not match (the partial file is deleted), other RemoteError
-    subclasses for network and HTTP problems.
+    blob id for non-LFS files) and only then renamed into place. A file already there
+    counts only once its bytes hash right: a cached blob that does not is fetched again;
+    a different file of the same name in ``to`` is never replaced (DownloadError).
+    ``progress`` gets a :class:`DownloadProgress` about 5 times a second; setting
+    ``cancel`` stops at the next chunk with :class:`~app.errors.DownloadCancelledError`
+    (the partial file stays). Nothing is written outside ``to`` or the repo's cache
+    folder: a listing whose paths or checksums would lead elsewhere is refused. Raise
+    :class:`~app.errors.DownloadError` when the disk lacks room (checked before starting,
+    and when it fills up), a checksum does not match (the partial file is deleted) or a
+    file cannot be written, other RemoteError subclasses for network and HTTP problems.
     """
     token = token if token is not None else hub_token()
+    first_url = listing.url(entry.files[0])
+    if to is not None and to.exists() and not to.is_dir():
+        raise DownloadError(first_url, f"{to} is a file, not a folder to download into")
     targets = _targets(listing, entry, to, hub_cache)
     total = entry.size_bytes
+    meter = _Meter(progress, total, len(targets))
+    done: set[int] = set()
     need = 0
-    for t in targets:
-        if not _complete(t):
-            have = t.partial.stat().st_size if t.partial.exists() else 0
-            need += max(t.file.size_bytes - have, 0)
+    for index, t in enumerate(targets):
+        same = _same_bytes(t, meter, index, chunk_bytes)
+        if same:
+            done.add(index)
+            continue
+        if same is False and t.user_folder:
+            raise DownloadError(
+                listing.url(t.file),
+                f"{t.final} exists and differs from the hub's file; it was left as it is "
+                "(move it away or download into another folder)",
+            )
+        try:
+            have = t.partial.stat().st_size if t.partial.is_file() else 0
+        except OSError:
+            have = 0
+        need += max(t.file.size_bytes - have, 0)
     folder = targets[0].final.parent
-    free = free_bytes(folder)
+    try:
+        free = free_bytes(folder)
+    except OSError as err:
+        raise _disk_error(first_url, err, folder) from None
     if need > free:
         raise DownloadError(
-            listing.url(entry.files[0]),
+            first_url,
             f"needs {need / 1024**3:.2f} GiB more, but {folder} has {free / 1024**3:.2f} GiB free",
         )
-    meter = _Meter(progress, total, len(targets))
     for index, t in enumerate(targets):
-        if _complete(t):
-            meter.add(t.file.size_bytes)
-        else:
-            _download_one(listing.url(t.file), t, index, meter, cancel, token, retries, chunk_bytes)
-        if t.link is not None:
-            _link(t.final, t.link)
+        url = listing.url(t.file)
+        try:
+            if index in done:
+                meter.add(t.file.size_bytes)
+            else:
+                _download_one(url, t, index, meter, cancel, token, retries, chunk_bytes)
+            if t.link is not None:
+                _link(t.final, t.link)
+        except OSError as err:
+            raise _disk_error(url, err) from None
         last = index == len(targets) - 1
         meter.report(t.file.path, index, "done" if last else "downloading", force=True)
     if to is None and listing.revision != listing.commit:
@@ -755,6 +962,13 @@ class _Partial:
     digest: hashlib._Hash
 
 
+STALL_S: Final = 120.0
+"""A download that gets under :data:`STALL_BYTES` in this many seconds is dropped (and
+resumed by the retries), so a server sending a byte now and then cannot hold it forever."""
+
+STALL_BYTES: Final = 64 << 10
+
+
 def _download_one(
     url: str,
     t: _Target,
@@ -767,7 +981,7 @@ def _download_one(
 ) -> None:
     t.final.parent.mkdir(parents=True, exist_ok=True)
     state = _Partial(0, _hasher(t.file))
-    if t.partial.exists():
+    if t.partial.is_file():
         meter.report(t.file.path, index, "checking", force=True)
         with t.partial.open("rb") as part:
             while chunk := part.read(chunk_bytes):
@@ -778,6 +992,7 @@ def _download_one(
             state = _Partial(0, _hasher(t.file))
     meter.add(state.have)
     attempts = 0
+    restarted = False
     while state.have < t.file.size_bytes:
         try:
             _fetch_into(url, t, state, meter, index, cancel, token, chunk_bytes)
@@ -786,14 +1001,22 @@ def _download_one(
             if attempts > retries:
                 raise
             time.sleep(min(0.2 * attempts, 2.0))
+        except RemoteError as err:
+            if err.status != 416 or not state.have or restarted:
+                raise
+            # The server refuses to resume from this partial file (it changed, or the
+            # server ignores ranges): start the file over, once.
+            restarted = True
+            meter.add(-state.have)
+            t.partial.unlink(missing_ok=True)
+            state = _Partial(0, _hasher(t.file))
     actual = state.digest.hexdigest()
-    expected = t.file.sha256 or t.file.blob_id
-    if state.have != t.file.size_bytes or (expected and actual != expected.lower()):
+    if state.have != t.file.size_bytes or actual != t.checksum:
         t.partial.unlink(missing_ok=True)
         raise DownloadError(
             url,
             f"checksum mismatch: got {state.have:,} bytes with hash {actual[:16]}…, the hub "
-            f"says {t.file.size_bytes:,} bytes with {(expected or '?')[:16]}…; the partial "
+            f"says {t.file.size_bytes:,} bytes with {t.checksum[:16]}…; the partial "
             "file was deleted, try again",
         )
     os.replace(t.partial, t.final)
@@ -817,6 +1040,7 @@ def _fetch_into(
             # The server sends the whole file again: start the partial file over.
             meter.add(-state.have)
             state.have, state.digest = 0, _hasher(t.file)
+        stall = _Stall(url, time.monotonic(), state.have)
         with t.partial.open("ab" if state.have else "wb") as out:
             while state.have < size:
                 if cancel is not None and cancel.is_set():
@@ -825,10 +1049,7 @@ def _fetch_into(
                         f"cancelled after {state.have:,} of {size:,} bytes; run the download "
                         "again to resume",
                     )
-                try:
-                    chunk = response.read(min(chunk_bytes, size - state.have))
-                except (OSError, ValueError) as err:
-                    raise RemoteUnavailableError(url, f"connection lost: {err}") from None
+                chunk = stall.read(response, min(chunk_bytes, size - state.have), state.have)
                 if not chunk:
                     raise RemoteUnavailableError(
                         url,
@@ -842,12 +1063,52 @@ def _fetch_into(
                 meter.report(t.file.path, index)
 
 
+@dataclass(slots=True)
+class _Stall:
+    """Drop a download that gets under :data:`STALL_BYTES` in :data:`STALL_S` seconds."""
+
+    url: str
+    mark_time: float
+    mark_bytes: int
+
+    def read(self, response: http.client.HTTPResponse, n: int, have: int) -> bytes:
+        """Read up to ``n`` bytes (fewer only at the end), packet by packet, checking the
+        speed between packets; ``have`` is the file's size so far."""
+        parts: list[bytes] = []
+        got = 0
+        while got < n:
+            try:
+                data = response.read1(n - got)
+            except (OSError, ValueError, http.client.HTTPException) as err:
+                raise RemoteUnavailableError(self.url, f"connection lost: {err}") from None
+            if not data:
+                break
+            parts.append(data)
+            got += len(data)
+            now = time.monotonic()
+            if have + got - self.mark_bytes >= STALL_BYTES:
+                self.mark_time, self.mark_bytes = now, have + got
+            elif now - self.mark_time > STALL_S:
+                raise RemoteUnavailableError(
+                    self.url,
+                    f"the download stalled (under {STALL_BYTES >> 10} KiB in {STALL_S:g} s); "
+                    "run it again to resume",
+                )
+        return b"".join(parts)
+
+
 def _link(blob: Path, link: Path) -> None:
-    """Point the snapshot path at the blob with a relative symlink (copy where none)."""
+    """Point the snapshot path at the blob with a relative symlink (copy where none).
+
+    Only a link (or a copy huggingface_hub made) inside the snapshot folder is replaced;
+    ``_targets`` has checked that ``link`` lies inside the repo's cache folder.
+    """
     link.parent.mkdir(parents=True, exist_ok=True)
     if link.is_symlink() or link.exists():
         if link.resolve() == blob.resolve():
             return
+        if link.is_dir() and not link.is_symlink():
+            raise IsADirectoryError(errno.EISDIR, "a folder is in the way", str(link))
         link.unlink()
     try:
         os.symlink(os.path.relpath(blob, link.parent), link)
@@ -859,11 +1120,21 @@ def _link(blob: Path, link: Path) -> None:
 
 
 def _write_ref(target: _Target, listing: RepoListing) -> None:
-    """Record ``refs/<revision>`` = commit, as huggingface_hub does for branch names."""
+    """Record ``refs/<revision>`` = commit, as huggingface_hub does for branch names.
+
+    A revision that is not a safe relative path (``../x``) gets no ref file.
+    """
     assert target.link is not None, "refs only exist in the cache layout"
+    if unsafe_path_reason(listing.revision) is not None:
+        return
     storage = target.final.parent.parent
     ref = storage / "refs" / listing.revision
-    ref.parent.mkdir(parents=True, exist_ok=True)
-    tmp = ref.with_name(f"{ref.name}.{os.getpid()}.tmp")
-    tmp.write_text(listing.commit, encoding="utf-8")
-    os.replace(tmp, ref)
+    if not _inside(ref, storage):
+        return
+    try:
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ref.with_name(f"{ref.name}.{os.getpid()}.tmp")
+        tmp.write_text(listing.commit, encoding="utf-8")
+        os.replace(tmp, ref)
+    except OSError:
+        return  # the ref only saves huggingface_hub a lookup; the download is complete

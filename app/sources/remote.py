@@ -64,10 +64,12 @@ if TYPE_CHECKING:
 __all__ = [
     "BLOCK_BYTES",
     "MAX_BLOCK_BYTES",
+    "MIN_BYTES_PER_S",
     "RemoteFile",
     "header_cache_dir",
     "is_url",
     "open_url",
+    "read_body",
     "read_remote_header",
 ]
 
@@ -437,7 +439,7 @@ class RemoteFile(io.RawIOBase):
                     status=response.status,
                 )
             span = _parse_content_range(response.headers.get("Content-Range"))
-            if span is None or span[0] != first:
+            if span is None or span[0] != first or not first <= span[1] <= last:
                 raise RemoteError(
                     self.url,
                     f"the server answered bytes {response.headers.get('Content-Range')!r} to a "
@@ -461,7 +463,7 @@ class RemoteFile(io.RawIOBase):
             # Later blocks go straight to where the redirects led (a signed CDN URL).
             self._fetch_url = response.geturl() or self._fetch_url
             expected = span[1] - span[0] + 1
-            data = _read_exactly(response, expected, self.url)
+            data = _read_exactly(response, expected, self.url, self._timeout_s)
         self.bytes_fetched += len(data)
         return data
 
@@ -469,24 +471,63 @@ class RemoteFile(io.RawIOBase):
         return self._token if _host(url) == _host(self.url) else None
 
 
-def _read_exactly(response: http.client.HTTPResponse, n: int, url: str) -> bytes:
-    """Read ``n`` body bytes; a connection cut early is RemoteUnavailableError."""
+MIN_BYTES_PER_S: Final = 64 << 10
+"""Slowest answer ggtune waits for: a range answer of n bytes must arrive within
+``timeout_s + n / MIN_BYTES_PER_S`` seconds (8 MiB: 2 min 38 s), so a server that sends
+one byte every 20 s (never tripping the socket's own timeout) still ends."""
+
+
+def read_body(
+    response: http.client.HTTPResponse,
+    url: str,
+    *,
+    max_bytes: int,
+    deadline_s: float,
+    exact: int | None = None,
+) -> bytes:
+    """Read an answer's body: at most ``max_bytes``, all of it within ``deadline_s``.
+
+    ``exact`` (bytes) insists on exactly that many (a range answer). A body larger than
+    ``max_bytes`` is :class:`~app.errors.RemoteError` ("too large"); one still arriving
+    after ``deadline_s`` seconds, or cut early, is
+    :class:`~app.errors.RemoteUnavailableError`. Reads return what the socket has
+    (``read1``), so the deadline is checked after every packet however slowly they come.
+    """
+    want = exact if exact is not None else max_bytes + 1
     parts: list[bytes] = []
     got = 0
+    started = time.monotonic()
     try:
-        while got < n:
-            data = response.read(min(n - got, 1 << 20))
+        while got < want:
+            data = response.read1(min(want - got, 1 << 20))
             if not data:
                 break
             parts.append(data)
             got += len(data)
+            if time.monotonic() - started > deadline_s and got < want:
+                raise RemoteUnavailableError(
+                    url,
+                    f"{_host(url)} is too slow: {got:,} bytes of the answer in "
+                    f"{deadline_s:g} s; try again later",
+                )
     except (OSError, http.client.HTTPException) as err:
-        raise _network_error(url, err, TIMEOUT_S) from None
-    if got < n:
+        raise _network_error(url, err, deadline_s) from None
+    if exact is None and got > max_bytes:
+        raise RemoteError(url, f"the answer is too large (over {max_bytes / 2**20:g} MiB); refused")
+    if exact is not None and got < exact:
         raise RemoteUnavailableError(
-            url, f"the connection closed after {got:,} of {n:,} bytes; try again"
+            url, f"the connection closed after {got:,} of {exact:,} bytes; try again"
         )
     return b"".join(parts)
+
+
+def _read_exactly(
+    response: http.client.HTTPResponse, n: int, url: str, timeout_s: float = TIMEOUT_S
+) -> bytes:
+    """Read ``n`` body bytes within ``timeout_s + n / MIN_BYTES_PER_S`` seconds."""
+    return read_body(
+        response, url, max_bytes=n, exact=n, deadline_s=timeout_s + n / MIN_BYTES_PER_S
+    )
 
 
 # --------------------------------------------------------------------------- header cache
