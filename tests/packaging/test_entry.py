@@ -52,12 +52,39 @@ def test_one_gguf_file_opens_it_in_the_desktop_app(
     assert desktop_calls == [[str(gemma_path)]]
 
 
-def test_a_missing_gguf_goes_to_the_cli_and_fails_there(
-    desktop_calls: list[list[str]], capsys: pytest.CaptureFixture[str]
+def test_a_missing_gguf_opens_the_desktop_app(desktop_calls: list[list[str]]) -> None:
+    # the app shows "no such file" in its window (tests/ui/desktop/test_open_from_the_...)
+    assert entry.dispatch(["missing.gguf"]) == 0
+    assert desktop_calls == [["missing.gguf"]]
+
+
+@pytest.mark.parametrize(
+    "arg", ["MODEL.GGUF", "models/llama", "./x", "~/m.gguf", "/no/such/file", "a\\b.gguf"]
+)
+def test_any_path_like_first_argument_is_a_model(arg: str) -> None:
+    assert entry.is_model_arg(arg)
+
+
+@pytest.mark.parametrize("arg", ["estimate", "hw", "inspect", "estimat", "--help", "-c", ""])
+def test_commands_options_and_typos_are_not_models(arg: str) -> None:
+    assert not entry.is_model_arg(arg)
+
+
+def test_a_command_name_wins_over_a_file_of_that_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert entry.dispatch(["missing.gguf"]) == 2
-    assert desktop_calls == []
-    assert "ggtune:" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hw").write_text("not a model")
+    (tmp_path / "notes").write_text("not a model either")
+    assert not entry.is_model_arg("hw")
+    assert entry.is_model_arg("notes")  # an existing file: the app says what is wrong
+
+
+def test_a_model_with_desktop_options_goes_to_the_desktop(
+    desktop_calls: list[list[str]],
+) -> None:
+    assert entry.dispatch(["m.gguf", "--view", "verify"]) == 0
+    assert desktop_calls == [["m.gguf", "--view", "verify"]]
 
 
 def test_cli_arguments_run_the_cli(gemma_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,15 +1,18 @@
 """Start the desktop app: ``ggtune-desktop`` or ``python -m ui.desktop``.
 
 ``--screenshot PATH`` renders the window on the demo model (or ``--model``) to a PNG and
-exits; ``--size WxH`` sets the window size and ``--view
+exits (offscreen without a display); ``--size WxH`` sets the window size and ``--view
 memory|verify|compare|recommend|export|explain|hardware`` the tab. Qt is imported inside
-:func:`main`, so runner's spawned children, which import this module, stay light.
+:func:`main`, so runner's spawned children, which import this module, stay light, and only
+after :func:`ui.desktop.preflight.ensure_gui` has checked that it can open a window here
+(else one line naming what is missing, and exit status 2).
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import sys
 from collections.abc import Sequence
 
@@ -42,6 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the app; return its exit status."""
     multiprocessing.freeze_support()
     args = build_parser().parse_args(argv)
+    from ui.desktop.preflight import ensure_gui, has_display
+
+    if args.screenshot is not None and not has_display():
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # a PNG needs no display
+    ensure_gui()  # one line and exit 2 where Qt would abort (a missing xcb library)
     from ui.desktop.app import run_app
 
     return run_app(args.model, screenshot=args.screenshot, size=args.size, view=args.view)

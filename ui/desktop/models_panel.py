@@ -665,6 +665,7 @@ class ModelsPanel(QWidget):
 
         controller.model_loaded.connect(self._on_controller_model_loaded)
         controller.loading.connect(self._on_controller_loading)
+        controller.model_failed.connect(self._on_controller_model_failed)
         controller.library_scanning.connect(self._on_controller_library_scanning)
         controller.library_changed.connect(self._on_controller_library_changed)
         controller.library_failed.connect(self._on_controller_library_failed)
@@ -741,6 +742,11 @@ class ModelsPanel(QWidget):
             self.card_title.setText(f"Reading {catalog_key(what)} from the catalog…")
         else:
             self.card_title.setText(f"Reading {os.path.basename(what)}…")
+
+    def _on_controller_model_failed(self, _failure: object) -> None:
+        # "Reading X…" ends with the failure: back to the model still shown, or to none.
+        kept = self._controller.current
+        self.card_title.setText(kept.card.title if kept is not None else "No model open")
 
     def _on_controller_model_loaded(self, model: LoadedModel) -> None:
         card = model.card
