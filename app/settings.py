@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
@@ -50,6 +51,9 @@ class Settings:
     tensor_split: tuple[float, ...] = ()
     use_mmap: bool = True
     offload_kqv: bool = True
+    tensor_overrides: tuple[tuple[str, str], ...] = ()
+    """llama.cpp's ``-ot PATTERN=BUFFER`` pairs in order (the first pattern that matches a
+    tensor's name wins, ``std::regex_search``); BUFFER is ``"CPU"`` or a GPU's name."""
 
     def __post_init__(self) -> None:
         if self.n_ctx < 0:
@@ -70,6 +74,13 @@ class Settings:
             raise SettingsError(f"MoE layers on the CPU must be ≥ 0, got {self.n_cpu_moe}")
         if any(p < 0 for p in self.tensor_split):
             raise SettingsError("tensor split proportions must be ≥ 0")
+        for pattern, buffer in self.tensor_overrides:
+            if not buffer:
+                raise SettingsError(f"tensor override {pattern!r} names no buffer")
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise SettingsError(f"tensor override {pattern!r} is not a regex: {err}") from None
 
     def replace(self, **changes: object) -> Settings:
         """Return a copy with ``changes`` applied (validated again)."""
@@ -128,12 +139,14 @@ def runner_defaults(runner: RunnerName, *, gpu_total_bytes: int | None = None) -
             n_ubatch=512,
         )
     if runner == "lmstudio":
-        # contextLength 4096, offload "max", 4 parallel sessions with a unified cache,
-        # evalBatchSize 2048 / physicalBatchSize 512, flash attention auto.
+        # lmstudio-js packages/lms-kv-config/src/schema.ts: offloadRatio "max",
+        # numParallelSessions 4 with useUnifiedKvCache, evalBatchSize 2048 /
+        # physicalBatchSize 512, flashAttention false. contextLength is machine dependent
+        # (schema default 2048); ggtune plans with 4096.
         return Settings(
             n_ctx=4096,
             n_gpu_layers=ALL_LAYERS,
-            flash_attn="auto",
+            flash_attn="off",
             n_parallel=4,
             kv_unified=True,
             swa_full=False,

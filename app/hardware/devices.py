@@ -31,6 +31,18 @@ class Device:
     description: str = ""
     """What the device is, in words ("NVIDIA GeForce RTX 3090", "Apple M2 Max")."""
 
+    @property
+    def buffer_name(self) -> str:
+        """Return the name llama.cpp gives this device's buffer type (``-ot PATTERN=NAME``).
+
+        A GPU's is its name (``CUDA1``); an RPC device's is ``RPC<n>[host:port]``
+        (``ggml-rpc.cpp`` ``ggml_backend_rpc_buffer_type``), ``n`` its index on its server
+        (0 for a server with one device), the endpoint kept in the description.
+        """
+        if self.name.startswith("RPC") and ":" in self.description:
+            return f"RPC0[{self.description}]"
+        return self.name
+
 
 @dataclass(frozen=True, slots=True)
 class Hardware:

@@ -11,6 +11,7 @@ engine in tests/ (docs/benchmarks.md lists the residual error).
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal, TypeVar
@@ -120,10 +121,18 @@ class DeviceEstimate:
     other_bytes: int
     capacity_bytes: int | None
     n_layers: int
+    projector_bytes: int = 0
+    """A vision/audio projector's weights and compute buffer (``--mmproj``)."""
+    draft_bytes: int = 0
+    """A draft model's weights, KV for every slot and compute buffer (``-md``)."""
+    prompt_cache_bytes: int = 0
+    """llama-server's host prompt cache at its limit (``--cache-ram``); grows with use."""
+    checkpoint_bytes: int = 0
+    """Context checkpoints at their limit (``--ctx-checkpoints`` per slot); grow with use."""
 
     @property
     def total_bytes(self) -> int:
-        """Return the sum of all components."""
+        """Return the memory held from the load on (every component but the growth)."""
         return (
             self.weights_bytes
             + self.kv_bytes
@@ -131,7 +140,14 @@ class DeviceEstimate:
             + self.compute_bytes
             + self.output_bytes
             + self.other_bytes
+            + self.projector_bytes
+            + self.draft_bytes
         )
+
+    @property
+    def growth_bytes(self) -> int:
+        """Return what the runner may add with use: prompt cache and checkpoints."""
+        return self.prompt_cache_bytes + self.checkpoint_bytes
 
     @property
     def headroom_bytes(self) -> int | None:
@@ -425,6 +441,61 @@ def _is_repacked(t: TensorSpec, types: frozenset[GGMLQuantizationType]) -> bool:
     if t.role == "expert":
         return len(t.shape) == 3
     return False
+
+
+def _overridden_devices(
+    spec: ModelSpec, overrides: tuple[tuple[str, str], ...], hardware: Hardware
+) -> dict[str, int]:
+    """Return the device (-1 = host) of each tensor a ``-ot`` pattern moves.
+
+    ``src/llama-model-loader.cpp`` ``create_tensor``: the patterns are tried in order with
+    ``std::regex_search`` on the tensor's name and the first match decides; a pattern sent
+    to the CPU buffer may still land in CPU_REPACK (the extra buffer types are considered).
+    The token embeddings stay on the CPU whatever the pattern.
+    """
+    if not overrides:
+        return {}
+    key = (id(spec), overrides, tuple(g.name for g in hardware.gpus))
+    hit = _OVERRIDE_MEMO.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    moved = _match_overrides(spec, overrides, hardware)
+    if len(_OVERRIDE_MEMO) >= _OVERRIDE_MEMO_SIZE:
+        _OVERRIDE_MEMO.pop(next(iter(_OVERRIDE_MEMO)))
+    _OVERRIDE_MEMO[key] = (spec, moved)
+    return moved
+
+
+_OVERRIDE_MEMO: dict[
+    tuple[int, tuple[tuple[str, str], ...], tuple[str, ...]], tuple[ModelSpec, dict[str, int]]
+] = {}
+_OVERRIDE_MEMO_SIZE: Final = 256
+"""A fit tries a few dozen override sets per model (``common/fit.cpp``); keep them."""
+
+
+def _match_overrides(
+    spec: ModelSpec, overrides: tuple[tuple[str, str], ...], hardware: Hardware
+) -> dict[str, int]:
+    names = {g.name: i for i, g in enumerate(hardware.gpus)}
+    names.update({g.buffer_name: i for i, g in enumerate(hardware.gpus)})
+    compiled = []
+    for pattern, buffer in overrides:
+        target = -1 if buffer.upper().startswith("CPU") else names.get(buffer)
+        if target is None:
+            raise SettingsError(
+                f"tensor override {pattern}={buffer}: no device {buffer!r} "
+                f"(devices: {', '.join(names) or 'none'}, CPU)"
+            )
+        compiled.append((re.compile(pattern), target))
+    moved: dict[str, int] = {}
+    for t in spec.tensors:
+        if t.role == "token_embedding":
+            continue
+        for regex, target in compiled:
+            if regex.search(t.name):
+                moved[t.name] = target
+                break
+    return moved
 
 
 # --- caches (src/llama-kv-cache.cpp, -iswa.cpp, llama-memory-recurrent.cpp) ----------------
@@ -872,9 +943,18 @@ def estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryE
     weights = [0] * (n_dev + 1)
     other = [0] * (n_dev + 1)
     repack = _repack_types(hardware.host)
-    for g in _tensor_groups(spec):
+    overridden = _overridden_devices(spec, settings.tensor_overrides, hardware)
+    units: tuple[TensorSpec, ...] | tuple[_TensorGroup, ...] = (
+        spec.tensors if overridden else _tensor_groups(spec)
+    )
+    for g in units:
         dev = tensor_device(g, placement, settings.n_cpu_moe)
-        if dev < 0 and g.repack_shape and g.ggml_type in repack:
+        if overridden and isinstance(g, TensorSpec) and g.name in overridden:
+            dev = overridden[g.name]
+        repack_shape = (
+            g.repack_shape if isinstance(g, _TensorGroup) else _is_repacked(g, _ALL_REPACK_TYPES)
+        )
+        if dev < 0 and repack_shape and g.ggml_type in repack:
             # CPU_REPACK holds an interleaved copy; with mmap the mapped file still covers
             # the original, without mmap the tensor lives in the repack buffer alone
             other[host_index] += g.n_bytes
