@@ -46,14 +46,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from app.hardware.devices import Device, Hardware
+from app.units import GIB, MIB
 
 if TYPE_CHECKING:
     from app.hardware.profiles import ProfileSet
 
 T = TypeVar("T")
 
-GIB: Final = 1024**3
-MIB: Final = 1024**2
 
 PROBE_TIMEOUT_S: Final = 10.0
 """The longest any one probe may take before it is reported as timed out."""

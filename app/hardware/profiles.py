@@ -32,8 +32,7 @@ from typing import Final, Literal
 from app.errors import HardwareProfileError
 from app.hardware.devices import Device, Hardware
 from app.paths import data_dir
-
-GIB: Final = 1024**3
+from app.units import GIB
 
 ProfileKind = Literal["gpu", "unified", "host"]
 PROFILE_KINDS: Final[tuple[ProfileKind, ...]] = ("gpu", "unified", "host")

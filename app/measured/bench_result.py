@@ -29,11 +29,11 @@ from typing import Any, Final, Literal
 from app.measured.engine_report import EngineReport
 from app.predict.estimate import MemoryEstimate
 from app.settings import Settings
+from app.units import MIB
 
 BenchMode = Literal["quick", "thorough", "custom"]
 SpeedKind = Literal["pp", "tg"]
 
-MIB: Final = 1024 * 1024
 
 BUFFER_TOLERANCE_BYTES: Final = MIB // 200 + 1
 """llama.cpp prints buffer sizes to 0.01 MiB: the nearest bytes are this close at worst."""

@@ -14,8 +14,7 @@ from app.hardware.devices import Hardware
 from app.model.gguf_reader import read_model
 from app.model.spec import ModelSpec, model_spec
 from app.predict.speed import SpeedFactors, SpeedMeasurement, calibrate, measurements_from_record
-
-GIB = 1024**3
+from app.units import GIB
 
 
 def machine_factors(

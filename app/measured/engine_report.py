@@ -36,11 +36,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from app.settings import Settings
-
-MIB: Final = 1024 * 1024
+from app.units import MIB
 
 EngineMode = Literal["no_alloc", "alloc"]
 DeviceType = Literal["cpu", "gpu", "igpu", "accel", "meta", "unknown"]

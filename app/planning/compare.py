@@ -33,6 +33,7 @@ from app.planning.planner import QuantOption, fit_layers, own_quant_name, qualit
 from app.predict.speed import SpeedFactors, predict_speed
 from app.settings import Settings
 from app.sources.hf import RemoteModel, RepoListing, hub_endpoint, parse_repo
+from app.units import speed_depth
 
 __all__ = ["HUB_ORIGIN", "compare_rows", "hub_options", "is_repo", "option_row", "repo_rows"]
 
@@ -55,9 +56,8 @@ def option_row(
 
     placed = fit_layers(o.spec, settings, hardware) or settings
     est = estimate(o.spec, placed, hardware)
-    speed = predict_speed(
-        o.spec, placed, hardware, depth=min(settings.n_ctx // 2, 4096), factors=factors
-    )
+    depth = speed_depth(settings.n_ctx, settings.n_parallel)
+    speed = predict_speed(o.spec, placed, hardware, depth=depth, factors=factors)
     return {
         "quant": o.name,
         "origin": o.origin,

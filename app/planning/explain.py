@@ -23,17 +23,11 @@ from typing import Final
 from app.errors import GGTuneError
 from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
-from app.planning.planner import fmt_tps, own_quant_name
+from app.planning.planner import own_quant_name
 from app.predict.estimate import MemoryEstimate, estimate
 from app.predict.speed import SpeedFactors, predict_speed, workload
 from app.settings import CacheType, Settings
-
-KIB: Final = 1024
-MIB: Final = 1024 * KIB
-GIB: Final = 1024 * MIB
-
-SPEED_DEPTH_MAX: Final = 4096
-"""Speed is quoted at half a user's context, at most this many tokens (as the memory view)."""
+from app.units import format_bytes, format_tps, speed_depth
 
 _CACHE_BITS: Final[dict[str, str]] = {
     "f32": "32-bit",
@@ -138,20 +132,9 @@ class ExplainFacts:
 # --- formatting --------------------------------------------------------------------------
 
 
-def fmt_bytes(n: float) -> str:
-    """Return bytes as "2.3 GiB", "512.0 MiB", "18.0 KiB" or "640 bytes" (one decimal).
-
-    >>> fmt_bytes(18432), fmt_bytes(300 * 1024**2), fmt_bytes(640)
-    ('18.0 KiB', '300.0 MiB', '640 bytes')
-    """
-    n = abs(n)
-    if n >= GIB:
-        return f"{n / GIB:.1f} GiB"
-    if n >= MIB:
-        return f"{n / MIB:.1f} MiB"
-    if n >= KIB:
-        return f"{n / KIB:.1f} KiB"
-    return f"{n:.0f} bytes"
+def _size(n: float) -> str:
+    """A size as the words give it: GiB, MiB, KiB or bytes, one decimal ("18.0 KiB")."""
+    return format_bytes(n, down_to="bytes")
 
 
 def fmt_count(n: float) -> str:
@@ -174,7 +157,7 @@ def fmt_tokens(n: int) -> str:
 
 def _rate(tok_per_s: float) -> str:
     """Return a speed in tokens/s with the digits that matter (0.12, 3.4, 48)."""
-    return f"{fmt_tps(tok_per_s)} tokens/s"
+    return f"{format_tps(tok_per_s)} tokens/s"
 
 
 def _num(label: str, value: float, text: str) -> KeyNumber:
@@ -186,12 +169,6 @@ def _plural(n: int, word: str) -> str:
 
 
 # --- the facts ---------------------------------------------------------------------------
-
-
-def speed_depth(settings: Settings) -> int:
-    """Return the depth speed is quoted at: half a user's context, at most 4096 tokens."""
-    per_user = settings.n_ctx // max(1, settings.n_parallel)
-    return min(per_user // 2, SPEED_DEPTH_MAX)
 
 
 def _try_estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryEstimate | None:
@@ -247,7 +224,7 @@ def explain_facts(
             hardware,
         )
 
-    depth = speed_depth(settings)
+    depth = speed_depth(settings.n_ctx, settings.n_parallel)
     bytes_read = 0.0
     seconds = 0.0
     expert_bytes = sum(t.n_bytes for t in spec.tensors if t.role == "expert")
@@ -331,19 +308,19 @@ def explain_facts(
 
 def _overview(f: ExplainFacts) -> Section:
     parts = [
-        f"weights {fmt_bytes(f.weights_bytes)}",
-        f"KV cache {fmt_bytes(f.kv_bytes)}",
+        f"weights {_size(f.weights_bytes)}",
+        f"KV cache {_size(f.kv_bytes)}",
     ]
     if f.recurrent_bytes:
-        parts.append(f"recurrent state {fmt_bytes(f.recurrent_bytes)}")
-    parts.append(f"compute scratch space {fmt_bytes(f.compute_bytes)}")
+        parts.append(f"recurrent state {_size(f.recurrent_bytes)}")
+    parts.append(f"compute scratch space {_size(f.compute_bytes)}")
     if f.other_bytes:
-        parts.append(f"other buffers {fmt_bytes(f.other_bytes)}")
+        parts.append(f"other buffers {_size(f.other_bytes)}")
     return Section(
         "overview",
         "Where the memory goes",
         (
-            f"Running {f.name} with these settings takes {fmt_bytes(f.total_bytes)} in all: "
+            f"Running {f.name} with these settings takes {_size(f.total_bytes)} in all: "
             + ", ".join(parts)
             + ".",
             "The weights are the model itself and never change size while it runs. The KV "
@@ -352,10 +329,10 @@ def _overview(f: ExplainFacts) -> Section:
             "explain each one.",
         ),
         (
-            _num("Total", f.total_bytes, fmt_bytes(f.total_bytes)),
-            _num("Weights", f.weights_bytes, fmt_bytes(f.weights_bytes)),
-            _num("KV cache", f.kv_bytes, fmt_bytes(f.kv_bytes)),
-            _num("Compute", f.compute_bytes, fmt_bytes(f.compute_bytes)),
+            _num("Total", f.total_bytes, _size(f.total_bytes)),
+            _num("Weights", f.weights_bytes, _size(f.weights_bytes)),
+            _num("KV cache", f.kv_bytes, _size(f.kv_bytes)),
+            _num("Compute", f.compute_bytes, _size(f.compute_bytes)),
         ),
     )
 
@@ -409,16 +386,16 @@ def _quant_paragraph(f: ExplainFacts, fp16: int) -> str:
         q4 = f.n_params * 4.9 / 8  # Q4_K_M's typical bits per weight (REFERENCE.md §5)
         return (
             f"This file keeps its weights at {f.bits_per_weight:.0f} bits ({f.quant}), as in "
-            f"training: {fmt_bytes(f.weights_file_bytes)}. Quantizing it rounds each weight "
+            f"training: {_size(f.weights_file_bytes)}. Quantizing it rounds each weight "
             f"to fewer bits, like saving a photo as a JPEG: at about 4.9 bits (Q4_K_M) it "
-            f"would be about {fmt_bytes(round(q4))}, slightly less exact. Fewer bits mean "
+            f"would be about {_size(round(q4))}, slightly less exact. Fewer bits mean "
             "less memory and faster writing (less to read per token), at some cost in quality."
         )
     return (
         f"This file is quantized as {f.quant}: each weight is rounded to about "
         f"{f.bits_per_weight:.1f} bits on average instead of the 16 bits used in "
-        f"training. That makes the file {fmt_bytes(f.weights_file_bytes)} instead of "
-        f"about {fmt_bytes(fp16)}, like saving a photo as a smaller JPEG: much smaller, "
+        f"training. That makes the file {_size(f.weights_file_bytes)} instead of "
+        f"about {_size(fp16)}, like saving a photo as a smaller JPEG: much smaller, "
         "slightly less exact. Fewer bits mean less memory and faster writing (less to "
         "read per token), at some cost in quality."
     )
@@ -438,8 +415,8 @@ def _weights(f: ExplainFacts) -> Section:
         (
             _num("Parameters", f.n_params, f"{fmt_count(f.n_params)} weights"),
             _num("Bits per weight", f.bits_per_weight, f"{f.bits_per_weight:.2f} bits"),
-            _num("Weights in memory", f.weights_bytes, fmt_bytes(f.weights_bytes)),
-            _num("At 16 bits", fp16, fmt_bytes(fp16)),
+            _num("Weights in memory", f.weights_bytes, _size(f.weights_bytes)),
+            _num("At 16 bits", fp16, _size(fp16)),
         ),
     )
 
@@ -477,23 +454,27 @@ def _kv(f: ExplainFacts) -> Section | None:
         "notes per token it has seen: a key (what the token is about) and a value (what it "
         "contributes). That store is the KV cache, and it grows by one entry per layer with "
         "every token, in the prompt and in the answer." + gqa,
-        f"For this model one token costs {fmt_bytes(f.kv_bytes_per_token)} of cache over "
+        f"For this model one token costs {_size(f.kv_bytes_per_token)} of cache over "
         f"all its attention layers, stored as {kind}. llama.cpp reserves the cache for the "
-        f"whole context up front: {fmt_tokens(f.n_ctx)} → {fmt_bytes(f.kv_bytes)}, used "
+        f"whole context up front: {fmt_tokens(f.n_ctx)} → {_size(f.kv_bytes)}, used "
         "even while the conversation is still short. Doubling the context roughly doubles "
         "this part.",
     ]
     numbers = [
-        _num("KV per token", f.kv_bytes_per_token, fmt_bytes(f.kv_bytes_per_token)),
-        _num("KV cache at this context", f.kv_bytes, fmt_bytes(f.kv_bytes)),
+        _num(
+            "KV per token",
+            f.kv_bytes_per_token,
+            _size(f.kv_bytes_per_token),
+        ),
+        _num("KV cache at this context", f.kv_bytes, _size(f.kv_bytes)),
     ]
     if f.kv_bytes_q8 is not None and f.kv_bytes_q8 != f.kv_bytes:
         paragraphs.append(
             "The cache can be quantized too: with 8-bit numbers (q8_0) instead of "
-            f"{bits} it would take {fmt_bytes(f.kv_bytes_q8)}, with a very small effect on "
+            f"{bits} it would take {_size(f.kv_bytes_q8)}, with a very small effect on "
             "quality. llama.cpp needs flash attention (below) for a quantized value cache."
         )
-        numbers.append(_num("KV cache at q8_0", f.kv_bytes_q8, fmt_bytes(f.kv_bytes_q8)))
+        numbers.append(_num("KV cache at q8_0", f.kv_bytes_q8, _size(f.kv_bytes_q8)))
     return Section("kv", "Attention and the KV cache", tuple(paragraphs), tuple(numbers))
 
 
@@ -508,16 +489,24 @@ def _window(f: ExplainFacts) -> Section | None:
             f"{f.n_swa_layers} of the {f.n_layer} layers use a sliding window: they only "
             f"look at the last {fmt_tokens(f.n_swa)}. They can forget older tokens, so "
             f"their cache holds just {fmt_tokens(f.swa_cells)} (the window for each user, "
-            f"plus room for one batch of new tokens): {fmt_bytes(f.kv_bytes_swa_cache)}.",
+            f"plus room for one batch of new tokens): {_size(f.kv_bytes_swa_cache)}.",
             f"The other {_plural(f.n_full_layers, 'layer')} see the whole text and keep "
-            f"every token: {fmt_bytes(f.kv_bytes_full_cache)} at this context. Without the "
-            f"window the sliding layers alone would need about {fmt_bytes(if_full)}.",
+            f"every token: {_size(f.kv_bytes_full_cache)} at this context. Without the "
+            f"window the sliding layers alone would need about {_size(if_full)}.",
         ),
         (
             _num("Window", f.n_swa, fmt_tokens(f.n_swa)),
             _num("Sliding-window layers", f.n_swa_layers, _plural(f.n_swa_layers, "layer")),
-            _num("Their cache", f.kv_bytes_swa_cache, fmt_bytes(f.kv_bytes_swa_cache)),
-            _num("Full-attention cache", f.kv_bytes_full_cache, fmt_bytes(f.kv_bytes_full_cache)),
+            _num(
+                "Their cache",
+                f.kv_bytes_swa_cache,
+                _size(f.kv_bytes_swa_cache),
+            ),
+            _num(
+                "Full-attention cache",
+                f.kv_bytes_full_cache,
+                _size(f.kv_bytes_full_cache),
+            ),
         ),
     )
 
@@ -531,14 +520,14 @@ def _experts(f: ExplainFacts) -> Section | None:
         (
             f"This model's feed-forward parts are split into {f.n_expert} experts per "
             f"layer, and a small router picks {f.n_expert_used} of them for each token. All "
-            f"experts ({fmt_bytes(f.expert_bytes)}) must be in memory, but a token only "
-            f"reads about {fmt_bytes(f.active_expert_bytes)} of them, so it writes much "
+            f"experts ({_size(f.expert_bytes)}) must be in memory, but a token only "
+            f"reads about {_size(f.active_expert_bytes)} of them, so it writes much "
             "faster than a model of the same size where every weight works on every token.",
         ),
         (
             _num("Experts per layer", f.n_expert, f"{f.n_expert} experts"),
             _num("Active per token", f.n_expert_used, f"{f.n_expert_used} experts"),
-            _num("All experts", f.expert_bytes, fmt_bytes(f.expert_bytes)),
+            _num("All experts", f.expert_bytes, _size(f.expert_bytes)),
         ),
     )
 
@@ -552,12 +541,16 @@ def _recurrent(f: ExplainFacts) -> Section | None:
         (
             f"{f.n_recurrent_layers} of the layers are recurrent: instead of a note per "
             "token they carry one fixed-size summary of everything read so far, updated at "
-            f"each token. It takes {fmt_bytes(f.recurrent_bytes)} here and does not grow "
+            f"each token. It takes {_size(f.recurrent_bytes)} here and does not grow "
             "with the context.",
         ),
         (
             _num("Recurrent layers", f.n_recurrent_layers, _plural(f.n_recurrent_layers, "layer")),
-            _num("Recurrent state", f.recurrent_bytes, fmt_bytes(f.recurrent_bytes)),
+            _num(
+                "Recurrent state",
+                f.recurrent_bytes,
+                _size(f.recurrent_bytes),
+            ),
         ),
     )
 
@@ -571,32 +564,32 @@ def _flash(f: ExplainFacts) -> Section:
         "at once. Flash attention works through that table in small tiles and never stores "
         "it whole, so the scratch space stops growing with the context.",
     ]
-    numbers = [_num("Compute buffer now", f.compute_bytes, fmt_bytes(f.compute_bytes))]
+    numbers = [_num("Compute buffer now", f.compute_bytes, _size(f.compute_bytes))]
     logits = 4 * f.n_vocab * f.n_ubatch
     on, off = f.compute_bytes_flash_on, f.compute_bytes_flash_off
     if on is not None and off is not None:
         paragraphs.append(
             f"Flash attention is {state} with these settings. For this model at "
-            f"{fmt_tokens(f.n_ctx)} the compute buffer is {fmt_bytes(on)} with it and "
-            f"{fmt_bytes(off)} without it."
+            f"{fmt_tokens(f.n_ctx)} the compute buffer is {_size(on)} with it and "
+            f"{_size(off)} without it."
         )
         if 2 * logits > on and abs(off - on) * 10 < on:
             paragraphs.append(
                 f"The two are close here because most of the space holds something else: "
                 f"a score for each of the {fmt_count(f.n_vocab)} vocabulary tokens, for each "
                 f"of the {fmt_tokens(f.n_ubatch)} read at once (4 bytes each): "
-                f"{fmt_bytes(logits)}."
+                f"{_size(logits)}."
             )
         numbers += [
-            _num("With flash attention", on, fmt_bytes(on)),
-            _num("Without flash attention", off, fmt_bytes(off)),
+            _num("With flash attention", on, _size(on)),
+            _num("Without flash attention", off, _size(off)),
         ]
     elif on is not None:
         paragraphs.append(
-            f"Flash attention is {state}; with it the compute buffer is {fmt_bytes(on)}. "
+            f"Flash attention is {state}; with it the compute buffer is {_size(on)}. "
             "These settings cannot run without it (a quantized value cache needs it)."
         )
-        numbers.append(_num("With flash attention", on, fmt_bytes(on)))
+        numbers.append(_num("With flash attention", on, _size(on)))
     return Section(
         "flash", "Flash attention and the scratch space", tuple(paragraphs), tuple(numbers)
     )
@@ -612,12 +605,16 @@ def _speed(f: ExplainFacts) -> Section | None:
         "tokens. So the best possible speed is the memory's bandwidth (bytes it delivers "
         "per second) divided by the bytes read per token.",
         f"Here, {fmt_tokens(f.depth)} into a conversation, each token reads about "
-        f"{fmt_bytes(f.bytes_per_token_read)}. This memory really delivers about "
+        f"{_size(f.bytes_per_token_read)}. This memory really delivers about "
         f"{gbs:.0f} GB/s, which allows at most "
         f"{_rate(f.bound_tok_per_s)}.",
     ]
     numbers = [
-        _num("Read per token", f.bytes_per_token_read, fmt_bytes(f.bytes_per_token_read)),
+        _num(
+            "Read per token",
+            f.bytes_per_token_read,
+            _size(f.bytes_per_token_read),
+        ),
         _num("Bandwidth", f.bandwidth_bytes_per_s, f"{gbs:.0f} GB/s"),
         _num("Speed bound", f.bound_tok_per_s, _rate(f.bound_tok_per_s)),
     ]

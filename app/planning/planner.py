@@ -83,15 +83,11 @@ from app.predict.speed import (
     with_network,
 )
 from app.settings import ALL_LAYERS, CacheType, Settings
-
-GIB: Final = 1024**3
-MIB: Final = 1024**2
+from app.units import DEFAULT_MARGIN_BYTES, format_bytes, format_tps, speed_depth
 
 GoalName = Literal["longest-context", "fastest", "best-quality", "users"]
 GOALS: Final[tuple[GoalName, ...]] = get_args(GoalName)
 
-DEFAULT_MARGIN_BYTES: Final = 1024 * MIB
-"""llama-server's ``--fit`` margin per device (``-fitt 1024``; REFERENCE.md §2)."""
 
 DEFAULT_CTX: Final = 4096
 """Context for goals that do not set one (llama-server's ``--fit`` minimum, ``-fitc``)."""
@@ -736,11 +732,6 @@ def _train_ctx(spec: ModelSpec) -> int:
     return spec.n_ctx_train if spec.n_ctx_train > 0 else 131072
 
 
-def _speed_depth(ctx: int) -> int:
-    """Depth the speed is quoted at: half the context, at most 4096 tokens."""
-    return min(ctx // 2, 4096)
-
-
 def recommend(
     spec: ModelSpec,
     hardware: Hardware,
@@ -793,7 +784,7 @@ def _recommend_on(
                 c = _longest(search, option, base, goal, train)
             else:
                 s = search.place(option.spec, _with_ctx(base, want_ctx, users))
-                depth = want_ctx if goal.name == "users" else _speed_depth(want_ctx)
+                depth = want_ctx if goal.name == "users" else speed_depth(want_ctx)
                 c = None if s is None else search.candidate(option, s, want_ctx, users, depth)
             if c is not None:
                 cands.append(c)
@@ -837,7 +828,7 @@ def _consider_draft(
     best = drafted.best
     if best is None:
         return refuse(
-            f"too big: with its {fmt_gib(draft.weights_bytes)} of weights and its own KV "
+            f"too big: with its {format_bytes(draft.weights_bytes)} of weights and its own KV "
             "cache nothing fits any more."
         )
     dset = search.draft_settings(best.settings)
@@ -862,8 +853,8 @@ def _consider_draft(
     reason = ""
     if ratio < MIN_DRAFT_SPEED_RATIO:
         reason = (
-            f"too slow: it decodes at ~{fmt_tps(dspeed)} tok/s, only {ratio:.1f}× the "
-            f"target's ~{fmt_tps(tspeed)}; a draft must be ≥ {MIN_DRAFT_SPEED_RATIO:g}× "
+            f"too slow: it decodes at ~{format_tps(dspeed)} tok/s, only {ratio:.1f}× the "
+            f"target's ~{format_tps(tspeed)}; a draft must be ≥ {MIN_DRAFT_SPEED_RATIO:g}× "
             f"faster to pay off (predicted ×{up:.2f} at acceptance {alpha:g})."
         )
     elif up <= MIN_DRAFT_SPEEDUP:
@@ -874,8 +865,8 @@ def _consider_draft(
     elif with_draft <= plain_tps:
         reason = (
             f"too big: its memory pushes the target off the GPUs, and ×{up:.2f} of the "
-            f"slower plan (~{fmt_tps(with_draft)} tok/s) does not beat "
-            f"~{fmt_tps(plain_tps)} tok/s without it."
+            f"slower plan (~{format_tps(with_draft)} tok/s) does not beat "
+            f"~{format_tps(plain_tps)} tok/s without it."
         )
     elif goal.name == "longest-context" and best.n_ctx_per_user < plain.best.n_ctx_per_user:
         reason = (
@@ -885,11 +876,11 @@ def _consider_draft(
     if reason:
         return refuse(reason, **numbers)
     used_on = ", ".join(
-        f"{fmt_gib(d.total_bytes)} on {d.name}" for d in dest.devices if d.total_bytes > 0
+        f"{format_bytes(d.total_bytes)} on {d.name}" for d in dest.devices if d.total_bytes > 0
     )
     why = (
-        f"Draft model {name}: used, predicted ×{up:.2f} (~{fmt_tps(with_draft)} tok/s instead "
-        f"of ~{fmt_tps(tspeed)}). It decodes {ratio:.1f}× faster than the target; at "
+        f"Draft model {name}: used, predicted ×{up:.2f} (~{format_tps(with_draft)} tok/s instead "
+        f"of ~{format_tps(tspeed)}). It decodes {ratio:.1f}× faster than the target; at "
         f"acceptance {alpha:g} with {k} drafted tokens a target step yields "
         f"{expected_tokens_per_step(alpha, k):.2f} tokens on average for the cost of "
         f"{k} draft steps and one target step (Leviathan et al. 2023). Its weights and KV "
@@ -947,9 +938,9 @@ def _rpc_words(rpc: RpcPlan) -> str:
         )
     parts = []
     for m in rpc.machines:
-        cap = f" of {fmt_gib(m.capacity_bytes)}" if m.capacity_bytes else ""
+        cap = f" of {format_bytes(m.capacity_bytes)}" if m.capacity_bytes else ""
         parts.append(
-            f"{m.machine} {fmt_gib(m.total_bytes)}{cap} ({', '.join(m.devices)}, "
+            f"{m.machine} {format_bytes(m.total_bytes)}{cap} ({', '.join(m.devices)}, "
             f"{m.n_layers} layers)"
         )
     return (
@@ -1032,7 +1023,7 @@ def _longest(
     settings = placed(ctx)
     if settings is None:
         return None
-    return search.candidate(option, settings, ctx, 1, _speed_depth(ctx))
+    return search.candidate(option, settings, ctx, 1, speed_depth(ctx))
 
 
 # --- ranking -----------------------------------------------------------------------------
@@ -1084,21 +1075,14 @@ def _nothing_fits(goal: Goal, opts: Sequence[QuantOption], hardware: Hardware) -
     smallest = min(opts, key=lambda o: o.spec.weights_bytes)
     cap = sum(d.capacity_bytes or 0 for d in hardware.devices)
     return (
-        f"Nothing fits: even {smallest.name} ({fmt_gib(smallest.spec.weights_bytes)} of weights) "
-        f"with {max(goal.ctx or 0, goal.min_ctx, CTX_STEP):,} tokens of context does not fit "
-        f"in {fmt_gib(cap)} with {fmt_gib(goal.margin_bytes + goal.leave_free_bytes)} kept "
-        "free per device."
+        f"Nothing fits: even {smallest.name} ({format_bytes(smallest.spec.weights_bytes)} of "
+        f"weights) with {max(goal.ctx or 0, goal.min_ctx, CTX_STEP):,} tokens of context does "
+        f"not fit in {format_bytes(cap)} with "
+        f"{format_bytes(goal.margin_bytes + goal.leave_free_bytes)} kept free per device."
     )
 
 
 # --- words ---------------------------------------------------------------------------------
-
-
-def fmt_gib(n: int | float) -> str:
-    """Return bytes as GiB with one decimal ("1.4 GiB"), MiB below 1 GiB."""
-    if abs(n) < GIB:
-        return f"{n / MIB:.0f} MiB"
-    return f"{n / GIB:.1f} GiB"
 
 
 def fmt_ctx(n: int) -> str:
@@ -1108,15 +1092,6 @@ def fmt_ctx(n: int) -> str:
     return f"{n:,} tokens"
 
 
-def fmt_tps(x: float) -> str:
-    """Return a speed (tokens/s) with the digits that matter: "42", "3.5", "0.12"."""
-    if x >= 10:
-        return f"{x:.0f}"
-    if x >= 1:
-        return f"{x:.1f}"
-    return f"{x:.2g}"
-
-
 def _gpu_words(hardware: Hardware) -> str:
     gpus = hardware.gpus
     if not gpus:
@@ -1124,7 +1099,9 @@ def _gpu_words(hardware: Hardware) -> str:
     names = {g.description or g.name for g in gpus}
     if len(gpus) == 1:
         g = gpus[0]
-        size = f" ({fmt_gib(g.capacity_bytes)})" if g.capacity_bytes and not g.description else ""
+        size = (
+            f" ({format_bytes(g.capacity_bytes)})" if g.capacity_bytes and not g.description else ""
+        )
         return f"your {g.description or g.name}{size}"
     if len(names) == 1:
         return f"your {len(gpus)}× {next(iter(names))}"
@@ -1136,14 +1113,14 @@ def _placement_words(c: Candidate, hardware: Hardware) -> str:
     users = f" for each of {c.n_users} users" if c.n_users > 1 else ""
     if not hardware.gpus:
         host = c.estimate.devices[-1]
-        cap = f" of {fmt_gib(host.capacity_bytes)}" if host.capacity_bytes else ""
-        used = fmt_gib(host.total_bytes)
+        cap = f" of {format_bytes(host.capacity_bytes)}" if host.capacity_bytes else ""
+        used = format_bytes(host.total_bytes)
         return f"runs from system RAM with {ctx} of context{users}, using {used}{cap}"
     gpu_spare = [
         s for (_, s), d in zip(c.spare_bytes, c.estimate.devices, strict=True) if d.kind == "gpu"
     ]
     spare = min((s for s in gpu_spare if s is not None), default=None)
-    spare_words = f" with {fmt_gib(spare)} spare" if spare is not None else ""
+    spare_words = f" with {format_bytes(spare)} spare" if spare is not None else ""
     if c.settings.n_cpu_moe and c.all_on_gpu:
         return (
             f"keeps all {c.n_layers} layers on {_gpu_words(hardware)} with the experts of "
@@ -1172,10 +1149,10 @@ def _speed_words(c: Candidate) -> str:
     s = c.speed
     if c.n_users > 1:
         return (
-            f"~{fmt_tps(s.per_user_tok_per_s)} tok/s per user "
-            f"({fmt_tps(s.aggregate_tok_per_s)} in all) at {fmt_ctx(s.depth)} each"
+            f"~{format_tps(s.per_user_tok_per_s)} tok/s per user "
+            f"({format_tps(s.aggregate_tok_per_s)} in all) at {fmt_ctx(s.depth)} each"
         )
-    return f"~{fmt_tps(s.decode_tok_per_s)} tok/s"
+    return f"~{format_tps(s.decode_tok_per_s)} tok/s"
 
 
 def _versus(goal: Goal, best: Candidate, ru: Candidate, opts: Sequence[QuantOption]) -> str:
@@ -1216,12 +1193,12 @@ def _mmap_words(c: Candidate) -> str:
     if c.settings.use_mmap:
         return (
             f" Tip: turn mmap off (llama-server --load-mode none, Ollama use_mmap false) to "
-            f"save {fmt_gib(repacked)} of RAM: llama.cpp repacks {c.quant.name}'s weights for "
+            f"save {format_bytes(repacked)} of RAM: llama.cpp repacks {c.quant.name}'s weights for "
             "this CPU and the mapped file would keep the originals too."
         )
     return (
         f" mmap is off (llama-server --load-mode none, Ollama use_mmap false): llama.cpp "
-        f"repacks {fmt_gib(repacked)} of {c.quant.name}'s weights for this CPU, and a mapped "
+        f"repacks {format_bytes(repacked)} of {c.quant.name}'s weights for this CPU, and a mapped "
         "file would keep a second copy of them in RAM."
     )
 
@@ -1258,9 +1235,9 @@ def explain(
     text += _mmap_words(best)
     if goal.name == "users" and goal.min_tok_per_s is not None:
         ok = "meets" if feasible else "does NOT meet"
-        text += f" It {ok} the {fmt_tps(goal.min_tok_per_s)} tok/s per user you asked for."
+        text += f" It {ok} the {format_tps(goal.min_tok_per_s)} tok/s per user you asked for."
     elif goal.min_tok_per_s is not None and not feasible:
-        text += f" Nothing reaches {fmt_tps(goal.min_tok_per_s)} tok/s; this is the closest."
+        text += f" Nothing reaches {format_tps(goal.min_tok_per_s)} tok/s; this is the closest."
     if runner_up is not None:
         text += f" Runner-up: {_versus(goal, best, runner_up, options)}."
     return text
@@ -1355,14 +1332,14 @@ def max_users(
     if plan is None:
         why = (
             f"Not even one user fits with {fmt_ctx(ctx_per_user)} at "
-            f"{fmt_tps(min_tok_per_s)} tok/s: limited by {limit}."
+            f"{format_tps(min_tok_per_s)} tok/s: limited by {limit}."
         )
     else:
         stop = "memory for their KV cache" if limit == "memory" else "the per-user speed"
         why = (
             f"{n} user{'s' if n != 1 else ''} fit{'s' if n == 1 else ''} with "
             f"{fmt_ctx(ctx_per_user)} each at ≥ "
-            f"{fmt_tps(min_tok_per_s)} tok/s: {plan.quant.name}, {_kv_words(plan)}"
+            f"{format_tps(min_tok_per_s)} tok/s: {plan.quant.name}, {_kv_words(plan)}"
             f"{', one shared (unified) cache' if plan.settings.kv_unified else ''}, "
             f"{_placement_words(plan, hardware)}, {_speed_words(plan)}. "
             f"One more user is stopped by {stop}."

@@ -25,7 +25,6 @@ from app.settings import CacheType, Settings
 
 _T = TypeVar("_T")
 
-MIB: Final = 1024 * 1024
 PAD_CELLS: Final = 256
 """``cparams.n_ctx`` and the SWA cache are padded to 256 cells (``llama-context.cpp``)."""
 

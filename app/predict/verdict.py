@@ -19,15 +19,10 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Literal
 
 from app.predict.estimate import DeviceEstimate, MemoryEstimate
-
-GIB: Final = 1024**3
-MIB: Final = 1024**2
-
-DEFAULT_MARGIN_BYTES: Final = 1024 * MIB
-"""llama-server's ``--fit`` margin per device (``-fitt 1024``, in MiB)."""
+from app.units import DEFAULT_MARGIN_BYTES, format_bytes
 
 VerdictLevel = Literal["fits", "tight", "spills", "does_not_fit", "unknown"]
 """``fits``: every device has at least the margin left; ``tight``: fits, but some device has
@@ -58,20 +53,6 @@ class Verdict:
     devices: tuple[DeviceVerdict, ...]
     spilled_layers: int
     margin_bytes: int
-
-
-def format_size(n_bytes: int) -> str:
-    """Return ``n_bytes`` (≥ 0) as "21.4 GiB" or "512.0 MiB", one decimal.
-
-    >>> format_size(23 * 1024**3 // 10)
-    '2.3 GiB'
-    >>> format_size(300 * 1024**2)
-    '300.0 MiB'
-    """
-    n = abs(n_bytes)
-    if n >= GIB:
-        return f"{n / GIB:.1f} GiB"
-    return f"{n / MIB:.1f} MiB"
 
 
 def device_label(device: DeviceEstimate) -> str:
@@ -114,17 +95,17 @@ def verdict(est: MemoryEstimate, *, margin_bytes: int = DEFAULT_MARGIN_BYTES) ->
     details: list[str] = []
     for dv in devices:
         if dv.headroom_bytes is None:
-            details.append(f"{dv.label}: needs {format_size(dv.total_bytes)}, capacity unknown")
+            details.append(f"{dv.label}: needs {format_bytes(dv.total_bytes)}, capacity unknown")
         elif dv.headroom_bytes < 0:
             details.append(
-                f"{dv.label}: needs {format_size(dv.total_bytes)} of "
-                f"{format_size(dv.capacity_bytes or 0)}, {format_size(-dv.headroom_bytes)} over"
+                f"{dv.label}: needs {format_bytes(dv.total_bytes)} of "
+                f"{format_bytes(dv.capacity_bytes or 0)}, {format_bytes(-dv.headroom_bytes)} over"
             )
         else:
             details.append(
-                f"{dv.label}: {format_size(dv.total_bytes)} of "
-                f"{format_size(dv.capacity_bytes or 0)}, "
-                f"{format_size(dv.headroom_bytes)} to spare"
+                f"{dv.label}: {format_bytes(dv.total_bytes)} of "
+                f"{format_bytes(dv.capacity_bytes or 0)}, "
+                f"{format_bytes(dv.headroom_bytes)} to spare"
             )
 
     over = [dv for dv in devices if dv.headroom_bytes is not None and dv.headroom_bytes < 0]
@@ -133,36 +114,35 @@ def verdict(est: MemoryEstimate, *, margin_bytes: int = DEFAULT_MARGIN_BYTES) ->
     level: VerdictLevel
     if over:
         level = "does_not_fit"
-        parts = [f"{format_size(-(dv.headroom_bytes or 0))} over on {dv.label}" for dv in over]
+        parts = [f"{format_bytes(-(dv.headroom_bytes or 0))} over on {dv.label}" for dv in over]
         headline = "Does not fit: " + _join(parts)
     elif unknown:
         level = "unknown"
         total = sum(dv.total_bytes for dv in unknown)
         names = _join([dv.label for dv in unknown])
-        headline = f"Needs {format_size(total)} on {names}, whose capacity is unknown"
+        headline = f"Needs {format_bytes(total)} on {names}, whose capacity is unknown"
     elif spilled:
         level = "spills"
         headline = f"Spills {spilled} of {n_layers} layers to system RAM"
         details.insert(0, "Layers in system RAM run at the speed of system memory: slower")
     elif tight:
         level = "tight"
-        parts = [f"{format_size(dv.headroom_bytes or 0)} on {dv.label}" for dv in tight]
-        headline = (
-            f"Fits, but tight: only {_join(parts)} to spare (keep {format_size(margin_bytes)} free)"
-        )
+        parts = [f"{format_bytes(dv.headroom_bytes or 0)} on {dv.label}" for dv in tight]
+        keep = format_bytes(margin_bytes)
+        headline = f"Fits, but tight: only {_join(parts)} to spare (keep {keep} free)"
     else:
         level = "fits"
         if gpus:
             used = [dv for dv, d in zip(devices, est.devices, strict=True) if d.kind == "gpu"]
             least = min(used, key=lambda dv: dv.headroom_bytes or 0)
-            spare = format_size(least.headroom_bytes or 0)
+            spare = format_bytes(least.headroom_bytes or 0)
             if len(gpus) == 1:
                 headline = f"Fits on the GPU with {spare} to spare"
             else:
                 headline = f"Fits on {len(gpus)} GPUs with at least {spare} to spare on each"
         else:
             room = devices[-1].headroom_bytes or 0
-            headline = f"Fits in system RAM with {format_size(room)} to spare"
+            headline = f"Fits in system RAM with {format_bytes(room)} to spare"
     return Verdict(
         level=level,
         headline=headline,

@@ -14,12 +14,12 @@ from app.planning.explain import (
     Section,
     explain_facts,
     explain_model,
-    fmt_bytes,
     fmt_tokens,
 )
 from app.predict.estimate import MemoryEstimate, estimate
 from app.predict.speed import predict_speed
 from app.settings import Settings, runner_defaults
+from app.units import format_bytes
 
 GIB = 1024**3
 HW = Hardware.cpu_only(32 * GIB, cpu_flags=("avx", "avx2", "f16c", "fma"))
@@ -88,17 +88,17 @@ def test_sections_quote_the_models_own_numbers(gemma: ModelSpec) -> None:
     weights = _text(_section(sections, "weights"))
     assert "268 million" in weights
     assert "Q4_K_M" in weights
-    assert fmt_bytes(est.device("CPU").weights_bytes) in weights
+    assert format_bytes(est.device("CPU").weights_bytes, down_to="bytes") in weights
     kv = _text(_section(sections, "kv"))
-    assert fmt_bytes(f.kv_bytes_per_token) == "18.0 KiB"
+    assert format_bytes(f.kv_bytes_per_token, down_to="bytes") == "18.0 KiB"
     assert "18.0 KiB" in kv
-    assert fmt_bytes(est.device("CPU").kv_bytes) in kv
+    assert format_bytes(est.device("CPU").kv_bytes, down_to="bytes") in kv
     assert fmt_tokens(32768) in kv
     window = _text(_section(sections, "window"))
     assert "15 of the 18 layers" in window
     assert fmt_tokens(512) in window
     flash = _text(_section(sections, "flash"))
-    assert fmt_bytes(est.device("CPU").compute_bytes) in flash
+    assert format_bytes(est.device("CPU").compute_bytes, down_to="bytes") in flash
     speed = _section(sections, "speed")
     assert f"{f.bound_tok_per_s:.0f} tokens/s" in _text(speed)
     assert "GB/s" in _text(speed)
@@ -113,7 +113,9 @@ def test_context_changes_the_kv_paragraph(gemma: ModelSpec) -> None:
     a = _section(explain_model(gemma, small, estimate(gemma, small, HW), HW), "kv")
     b = _section(explain_model(gemma, big, estimate(gemma, big, HW), HW), "kv")
     assert _text(a) != _text(b)
-    assert fmt_bytes(estimate(gemma, small, HW).device("CPU").kv_bytes) in _text(a)
+    assert format_bytes(
+        estimate(gemma, small, HW).device("CPU").kv_bytes, down_to="bytes"
+    ) in _text(a)
 
 
 def test_a_dense_model_without_window_skips_that_step(smollm: ModelSpec) -> None:
@@ -126,7 +128,7 @@ def test_a_dense_model_without_window_skips_that_step(smollm: ModelSpec) -> None
     assert "recurrent" not in keys
     flash = _text(_section(sections, "flash"))
     off = estimate(smollm, settings.replace(flash_attn="off"), HW).device("CPU").compute_bytes
-    assert fmt_bytes(off) in flash
+    assert format_bytes(off, down_to="bytes") in flash
     assert "close here" not in flash  # 98 MiB vs 166 MiB is no small difference
 
 
@@ -156,4 +158,6 @@ def test_an_unquantized_model_is_not_said_to_be_smaller_than_itself() -> None:
     text = _text(_section(explain_model(spec, settings, est, HW), "weights"))
     assert "keeps its weights at 16 bits" in text
     assert "instead of about" not in text
-    assert fmt_bytes(round(spec.n_params * 4.9 / 8)) in text  # what Q4_K_M would make it
+    assert (
+        format_bytes(round(spec.n_params * 4.9 / 8), down_to="bytes") in text
+    )  # what Q4_K_M would make it

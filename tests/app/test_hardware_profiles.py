@@ -12,7 +12,6 @@ from app.errors import GGTuneError, HardwareProfileError
 from app.hardware.devices import Device, Hardware
 from app.hardware.profiles import (
     FIGURES,
-    GIB,
     ProfileSet,
     builtin_profiles_dir,
     compose,
@@ -21,6 +20,7 @@ from app.hardware.profiles import (
     metal_default_working_set_bytes,
     user_profiles_dir,
 )
+from app.units import GIB
 
 MIB = 1024**2
 

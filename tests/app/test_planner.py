@@ -13,7 +13,6 @@ from app.hardware.profiles import compose
 from app.model.catalog import catalog_header
 from app.model.spec import ModelSpec, model_spec
 from app.planning.planner import (
-    DEFAULT_MARGIN_BYTES,
     Goal,
     PlanError,
     QuantOption,
@@ -26,6 +25,7 @@ from app.planning.planner import (
 )
 from app.predict.estimate import estimate
 from app.settings import Settings
+from app.units import DEFAULT_MARGIN_BYTES
 
 GIB = 1024**3
 HOST = Device("CPU", "host", 64 * GIB, None, 50.0)

@@ -14,7 +14,6 @@ from app.hardware.profiles import compose
 from app.model.catalog import catalog_header
 from app.model.spec import ModelSpec, model_spec
 from app.planning.planner import (
-    DEFAULT_MARGIN_BYTES,
     Goal,
     PlanError,
     QuantOption,
@@ -34,6 +33,7 @@ from app.predict.speed import (
     speculative_speedup,
 )
 from app.settings import ALL_LAYERS
+from app.units import DEFAULT_MARGIN_BYTES
 
 GIB = 1024**3
 HOST = Device("CPU", "host", 64 * GIB, None, 50.0)

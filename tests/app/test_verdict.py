@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from app.predict.estimate import DeviceEstimate, MemoryEstimate, ResolvedContext
-from app.predict.verdict import DEFAULT_MARGIN_BYTES, format_size, verdict
+from app.predict.verdict import verdict
+from app.units import DEFAULT_MARGIN_BYTES, format_bytes
 
 GIB = 1024**3
 MIB = 1024**2
@@ -59,11 +60,11 @@ def memory(*devices: DeviceEstimate) -> MemoryEstimate:
     )
 
 
-def test_format_size_uses_gib_from_one_gib_and_mib_below() -> None:
-    assert format_size(GIB) == "1.0 GiB"
-    assert format_size(GIB - MIB) == "1023.0 MiB"
-    assert format_size(int(21.44 * GIB)) == "21.4 GiB"
-    assert format_size(-3 * GIB) == "3.0 GiB"  # the sign is said in words
+def test_sizes_use_gib_from_one_gib_and_mib_below() -> None:
+    assert format_bytes(GIB) == "1.0 GiB"
+    assert format_bytes(GIB - MIB) == "1023.0 MiB"
+    assert format_bytes(int(21.44 * GIB)) == "21.4 GiB"
+    assert format_bytes(-3 * GIB) == "-3.0 GiB"  # kept; the verdict words "over" itself
 
 
 def test_fits_in_system_ram_with_room_to_spare() -> None:

@@ -36,11 +36,11 @@ from app.measured.bench_result import (
     LoadProgress,
     compare_memory,
 )
-from app.measured.engine_report import MIB
 from app.model.gguf_reader import read_model
 from app.model.spec import model_spec
 from app.predict.estimate import estimate
 from app.settings import Settings
+from app.units import MIB
 from runner.benchmark import Benchmark, benchmark
 
 pytestmark = pytest.mark.engine

@@ -38,8 +38,9 @@ from app.errors import (
     EngineUnsupportedError,
     ModelFileNotFoundError,
 )
-from app.measured.engine_report import MIB, EngineReport
+from app.measured.engine_report import EngineReport
 from app.settings import Settings
+from app.units import MIB
 from runner.dry_run import (
     LOAD_MODE_MMAP,
     ContextJob,

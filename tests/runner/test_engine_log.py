@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from app.measured.engine_report import MIB, BufferSize, mib_to_bytes
+from app.measured.engine_report import BufferSize, mib_to_bytes
+from app.units import MIB
 from runner.engine_log import (
     LogFacts,
     LogLineJoiner,

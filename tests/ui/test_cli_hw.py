@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.hardware.profiles import GIB
+from app.units import GIB
 from ui.cli.main import run
 
 

@@ -32,6 +32,7 @@ from app.measured.bench_result import (
 )
 from app.measured.results_db import ResultsDB, StoredRun, quick_file_hash
 from app.predict.estimate import estimate
+from app.units import format_bytes
 from ui.cli.commands import COMMANDS
 from ui.cli.options import (
     EXIT_USAGE,
@@ -40,7 +41,7 @@ from ui.cli.options import (
     load_spec,
     settings_from_args,
 )
-from ui.cli.output import format_bytes, print_table
+from ui.cli.output import print_table
 
 
 def register(sub: Any) -> None:
@@ -141,7 +142,7 @@ class _Progress:
 
 
 def _signed(n: int) -> str:
-    return ("+" if n > 0 else "") + format_bytes(n)
+    return ("+" if n > 0 else "") + format_bytes(n, 2)
 
 
 def gap_rows(gaps: tuple[MemoryGap, ...]) -> list[list[str]]:
@@ -150,13 +151,13 @@ def gap_rows(gaps: tuple[MemoryGap, ...]) -> list[list[str]]:
     for g in gaps:
         rel = g.relative
         diff = _signed(g.difference_bytes) + (f" ({100 * rel:+.1f}%)" if rel is not None else "")
-        tol = ("≥ −" if g.upper_bound else "±") + format_bytes(g.tolerance_bytes)
+        tol = ("≥ −" if g.upper_bound else "±") + format_bytes(g.tolerance_bytes, 2)
         rows.append(
             [
                 g.component,
                 g.device,
-                format_bytes(g.estimated_bytes),
-                format_bytes(g.measured_bytes),
+                format_bytes(g.estimated_bytes, 2),
+                format_bytes(g.measured_bytes, 2),
                 diff,
                 tol,
                 "yes" if g.within_tolerance else "NO",
@@ -196,13 +197,15 @@ def _print_result(result: BenchResult, gaps: tuple[MemoryGap, ...]) -> None:
     split = ""
     if mem.peak_rss_file_bytes is not None and mem.peak_rss_anon_bytes is not None:
         split = (
-            f" (file-backed {format_bytes(mem.peak_rss_file_bytes)}, "
-            f"anonymous {format_bytes(mem.peak_rss_anon_bytes)})"
+            f" (file-backed {format_bytes(mem.peak_rss_file_bytes, 2)}, "
+            f"anonymous {format_bytes(mem.peak_rss_anon_bytes, 2)})"
         )
-    print(f"  peak RSS {format_bytes(mem.peak_rss_bytes)}{split}; before loading "
-          f"{format_bytes(mem.before_load.rss_bytes)}")  # fmt: skip
+    print(f"  peak RSS {format_bytes(mem.peak_rss_bytes, 2)}{split}; before loading "
+          f"{format_bytes(mem.before_load.rss_bytes, 2)}")  # fmt: skip
     for gpu in mem.gpus:
-        print(f"  GPU {gpu.index} {gpu.name}: {format_bytes(gpu.used_bytes)} used by the process")
+        print(
+            f"  GPU {gpu.index} {gpu.name}: {format_bytes(gpu.used_bytes, 2)} used by the process"
+        )
     if mem.gpu_note:
         print(f"  {mem.gpu_note}")
     print("\nestimated vs measured:")
@@ -239,7 +242,7 @@ def _print_history(runs: list[StoredRun]) -> None:
                 f"{r.pp_tok_per_s:.1f}" if r.pp_tok_per_s is not None else "-",
                 f"{r.tg_tok_per_s:.1f}" if r.tg_tok_per_s is not None else "-",
                 f"{r.ttft_s:.3f}" if r.ttft_s is not None else "-",
-                format_bytes(r.peak_rss_bytes),
+                format_bytes(r.peak_rss_bytes, 2),
             ]
         )
     print_table(rows)

@@ -15,8 +15,8 @@ from typing import Any
 from app.model.catalog import active_params, catalog_header, load_catalog
 from app.model.facts import kv_bytes_per_token
 from app.model.spec import model_spec
+from app.units import format_bytes
 from ui.cli.commands import COMMANDS
-from ui.cli.output import format_bytes
 
 
 def register(sub: Any) -> None:
@@ -77,7 +77,7 @@ def run_catalog(args: argparse.Namespace) -> int:
                 str(r["n_layer"]),
                 str(r["n_ctx_train"]),
                 kv,
-                format_bytes(r["f16_bytes"]),
+                format_bytes(r["f16_bytes"], 2),
             ]
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]

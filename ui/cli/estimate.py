@@ -13,9 +13,10 @@ from app.errors import SettingsError
 from app.model.spec import ModelSpec
 from app.predict.estimate import MemoryEstimate, estimate
 from app.settings import Settings
+from app.units import format_bytes
 from ui.cli.commands import COMMANDS
 from ui.cli.options import add_settings_flags, hardware_from_args, load_spec, settings_from_args
-from ui.cli.output import format_bytes, print_table
+from ui.cli.output import print_table
 
 
 def register(sub: Any) -> None:
@@ -94,7 +95,11 @@ def _print_estimate(d: dict[str, Any]) -> None:
     for dev in d["devices"]:
         fits = {True: "yes", False: "NO", None: "?"}[dev["fits"]]
         rows.append(
-            [f"{dev['name']} ({dev['kind']})", *[format_bytes(dev[k]) for _, k in _COLUMNS], fits]
+            [
+                f"{dev['name']} ({dev['kind']})",
+                *[format_bytes(dev[k], 2) for _, k in _COLUMNS],
+                fits,
+            ]
         )
     print_table(rows)
     for c in d["caches"]:
@@ -106,8 +111,8 @@ def _print_estimate(d: dict[str, Any]) -> None:
         }
         print(
             f"  {label[c['kind']]}: {c['cells']:,} cells × {c['n_stream']} stream(s), "
-            f"{c['n_layers']} layers, {c['type_k']} {format_bytes(c['k_bytes'])} + "
-            f"{c['type_v']} {format_bytes(c['v_bytes'])}"
+            f"{c['n_layers']} layers, {c['type_k']} {format_bytes(c['k_bytes'], 2)} + "
+            f"{c['type_v']} {format_bytes(c['v_bytes'], 2)}"
         )
     for note in d["notes"]:
         print(f"  note: {note}")
@@ -134,11 +139,13 @@ def _compare_rows(d: dict[str, Any], engine: Any) -> list[list[str]]:
     rows = [["component", "estimate", "llama.cpp", "difference"]]
     for name, est_b, eng_b in pairs:
         if eng_b is None:
-            rows.append([name, format_bytes(est_b), "n/a", ""])
+            rows.append([name, format_bytes(est_b, 2), "n/a", ""])
             continue
         diff = est_b - eng_b
         pct = f" ({100 * diff / eng_b:+.2f}%)" if eng_b else ""
-        rows.append([name, format_bytes(est_b), format_bytes(eng_b), format_bytes(diff) + pct])
+        rows.append(
+            [name, format_bytes(est_b, 2), format_bytes(eng_b, 2), format_bytes(diff, 2) + pct]
+        )
     return rows
 
 

@@ -25,9 +25,9 @@ from app.sources.library import (
     scan_library,
 )
 from app.sources.ollama_api import ollama_status, show_model
+from app.units import format_bytes
 from ui.cli.commands import COMMANDS
 from ui.cli.options import add_settings_flags, hardware_from_args, settings_from_args
-from ui.cli.output import format_bytes
 
 TARGETS = ("ollama", "lmstudio", "llama-server", "llama-cpp-python")
 SystemName = Literal["linux", "macos", "windows"]
@@ -180,13 +180,13 @@ def run_library(args: argparse.Namespace) -> int:
         print(f"\nOllama at {status.base_url}: {len(status.models)} model(s) loaded")
         for m in status.models:
             print(
-                f"  {m.name}: {format_bytes(m.size_bytes)} in all, "
-                f"{format_bytes(m.size_vram_bytes)} on GPUs, context {m.context_length} per slot"
+                f"  {m.name}: {format_bytes(m.size_bytes, 2)} in all, "
+                f"{format_bytes(m.size_vram_bytes, 2)} on GPUs, context {m.context_length} per slot"
             )
         for c in comparisons:
             print(
-                f"  {c['name']}: ggtune estimates {format_bytes(c['ggtune_total_bytes'])} in all, "
-                f"{format_bytes(c['ggtune_gpu_bytes'])} on GPUs for the same settings"
+                f"  {c['name']}: ggtune estimates {format_bytes(c['ggtune_total_bytes'], 2)} in "
+                f"all, {format_bytes(c['ggtune_gpu_bytes'], 2)} on GPUs for the same settings"
             )
     return 0
 
@@ -230,7 +230,7 @@ def _print_library(library: Library) -> None:
         kind = " [projector]" if e.kind == "projector" else ""
         shards = f", {len(e.files)} shards" if len(e.files) > 1 else ""
         print(
-            f"{e.source:<11} {e.name}{kind}  {format_bytes(e.size_bytes)}{shards}  "
+            f"{e.source:<11} {e.name}{kind}  {format_bytes(e.size_bytes, 2)}{shards}  "
             f"{e.architecture or '?'}{extra}"
         )
         print(f"{'':<11} {e.path}")

@@ -31,9 +31,9 @@ from app.sources.hf import (
     parse_repo,
     read_models,
 )
+from app.units import format_bytes
 from ui.cli.commands import COMMANDS
 from ui.cli.options import add_settings_flags, hardware_from_args, settings_from_args
-from ui.cli.output import format_bytes
 
 
 def register(sub: Any) -> None:
@@ -150,19 +150,19 @@ def _print_compare(d: dict[str, Any]) -> None:
         if "error" in row:
             errors.append(f"  {row['name']}: {row['error']}")
             table.append(
-                [row["quant"] or "?", row["name"], format_bytes(row["size_bytes"]), "?"]
+                [row["quant"] or "?", row["name"], format_bytes(row["size_bytes"], 2), "?"]
                 + ["?"] * len(device_names)
                 + ["?"]
             )
             continue
-        per_dev = {dev["name"]: format_bytes(dev["total_bytes"]) for dev in row["devices"]}
+        per_dev = {dev["name"]: format_bytes(dev["total_bytes"], 2) for dev in row["devices"]}
         fits = {True: "yes", False: "NO", None: "?"}[row["fits"]]
         table.append(
             [
                 row["quant"] or "?",
                 row["name"]
                 + (f" (+{len(row['files']) - 1} shards)" if len(row["files"]) > 1 else ""),
-                format_bytes(row["size_bytes"]),
+                format_bytes(row["size_bytes"], 2),
                 f"{row['bits_per_weight']:.2f}",
                 *[per_dev.get(n, "") for n in device_names],
                 fits,
@@ -183,7 +183,7 @@ def _print_compare(d: dict[str, Any]) -> None:
     for line in errors:
         print(line)
     for extra in d["extras"]:
-        print(f"  also: {extra['path']} ({format_bytes(extra['size_bytes'])}, not a model)")
+        print(f"  also: {extra['path']} ({format_bytes(extra['size_bytes'], 2)}, not a model)")
     for issue in d["issues"]:
         print(f"  skipped: {issue}")
     print(f"download one: ggtune hf {d['repo']} --download QUANT [--to DIR]")
@@ -197,8 +197,8 @@ def _download(listing: RepoListing, selector: str, to: Path | None) -> int:
         eta = f"ETA {p.eta_s:,.0f} s" if p.eta_s is not None else "ETA ?"
         what = "checking" if p.stage == "checking" else f"{p.bytes_per_s / 1024**2:.1f} MiB/s"
         print(
-            f"\r{entry.quant or entry.name}: {format_bytes(p.done_bytes)} of "
-            f"{format_bytes(p.total_bytes)}  {what}  {eta}  "
+            f"\r{entry.quant or entry.name}: {format_bytes(p.done_bytes, 2)} of "
+            f"{format_bytes(p.total_bytes, 2)}  {what}  {eta}  "
             f"(file {p.file_index + 1}/{p.n_files})\x1b[K",
             end="",
             file=sys.stderr,

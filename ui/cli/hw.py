@@ -19,8 +19,8 @@ from app.errors import EngineError, HardwareProfileError
 from app.hardware.devices import Hardware
 from app.hardware.probe import HardwareReport, detect
 from app.hardware.profiles import compose, load_profiles
+from app.units import format_bytes
 from ui.cli.commands import COMMANDS
-from ui.cli.output import format_bytes
 
 
 def hardware_from_profile(text: str, here: Hardware, *, gpu_mem_given: bool = False) -> Hardware:
@@ -132,8 +132,8 @@ def _print_hardware(hardware: Hardware) -> None:
         extra = " (unified memory)" if d.unified_memory else ""
         print(
             f"  {d.name:<8} {d.kind:<4} {d.description or ''}{extra}\n"
-            f"           capacity {format_bytes(d.capacity_bytes)}, "
-            f"free {format_bytes(d.free_bytes)}, "
+            f"           capacity {format_bytes(d.capacity_bytes, 2)}, "
+            f"free {format_bytes(d.free_bytes, 2)}, "
             f"bandwidth {_num(d.bandwidth_gb_per_s, 'GB/s')}, "
             f"FP16 {_num(d.fp16_tflops, 'TFLOPS')}"
             + (f", flags {' '.join(d.cpu_flags)}" if d.cpu_flags else "")
@@ -153,12 +153,12 @@ def _print_report(data: dict[str, Any], report: HardwareReport) -> None:
         )
         print(f"  ISA flags  {' '.join(h.cpu_flags) or 'none that matter to llama.cpp'}")
         print(
-            f"  RAM        {format_bytes(h.ram_total_bytes)} "
-            f"({format_bytes(h.ram_available_bytes)} available)"
+            f"  RAM        {format_bytes(h.ram_total_bytes, 2)} "
+            f"({format_bytes(h.ram_available_bytes, 2)} available)"
         )
         print(
-            f"  swap       {format_bytes(h.swap_total_bytes)} "
-            f"({format_bytes(h.swap_free_bytes)} free)"
+            f"  swap       {format_bytes(h.swap_total_bytes, 2)} "
+            f"({format_bytes(h.swap_free_bytes, 2)} free)"
         )
     bw = report.host_bandwidth
     if bw is not None:
@@ -176,9 +176,10 @@ def _print_report(data: dict[str, Any], report: HardwareReport) -> None:
         pci = f", {g.pci_id}" if g.pci_id else ""
         print(f"  {g.engine_name or '-':<8} {g.name} [{g.vendor}{pci}]")
         print(
-            f"           memory {format_bytes(g.total_bytes)}, free {format_bytes(g.free_bytes)}"
+            f"           memory {format_bytes(g.total_bytes, 2)}, "
+            f"free {format_bytes(g.free_bytes, 2)}"
             + (
-                f", usable {format_bytes(g.usable_bytes)} ({g.usable_source})"
+                f", usable {format_bytes(g.usable_bytes, 2)} ({g.usable_source})"
                 if g.usable_bytes
                 else ""
             )
@@ -197,7 +198,7 @@ def _print_report(data: dict[str, Any], report: HardwareReport) -> None:
         if any(facts):
             print("           " + ", ".join(f for f in facts if f))
         for p in g.processes:
-            print(f"           process {p.pid} {p.name or '?'}: {format_bytes(p.used_bytes)}")
+            print(f"           process {p.pid} {p.name or '?'}: {format_bytes(p.used_bytes, 2)}")
         for note in g.notes:
             print(f"           note: {note}")
     print("probes")
@@ -212,7 +213,8 @@ def _print_report(data: dict[str, Any], report: HardwareReport) -> None:
             for d in engine["devices"]:
                 print(
                     f"  {d['name']:<8} {d['type']:<5} {d['description']}: "
-                    f"{format_bytes(d['free_bytes'])} free of {format_bytes(d['total_bytes'])}"
+                    f"{format_bytes(d['free_bytes'], 2)} free of "
+                    f"{format_bytes(d['total_bytes'], 2)}"
                 )
     print("as the estimator sees it")
     _print_hardware(report.to_hardware())

@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from app.model.facts import ModelDescription, describe_model
+from app.units import format_bytes
 from ui.cli.commands import COMMANDS
 from ui.cli.options import load_spec
-from ui.cli.output import format_bytes
 
 
 def register(sub: Any) -> None:
@@ -26,7 +26,7 @@ def _print_inspect(d: ModelDescription) -> None:
     print(f"  architecture:   {d.architecture} ({d.memory_kind} memory)")
     print(f"  parameters:     {d.parameters / 1e9:.3f} B ({d.parameters:,})")
     print(
-        f"  weights:        {format_bytes(d.weights_bytes)}, "
+        f"  weights:        {format_bytes(d.weights_bytes, 2)}, "
         f"{d.bits_per_weight:.2f} bits per weight"
     )
     print(f"  context:        {d.context_length:,} tokens (training)")
@@ -59,7 +59,7 @@ def _print_inspect(d: ModelDescription) -> None:
         print(f"  KV per token:   {kv} (all attention layers, before any window)")
     print("  quantization:")
     for name, q in sorted(d.quantization.items(), key=lambda kv: -kv[1].bytes):
-        print(f"    {name:<8} {q.tensors:>5} tensors  {format_bytes(q.bytes):>12}")
+        print(f"    {name:<8} {q.tensors:>5} tensors  {format_bytes(q.bytes, 2):>12}")
     for note in d.notes:
         print(f"  note: {note}")
 

@@ -13,7 +13,7 @@ from typing import NoReturn
 from app.hardware.devices import Device, Hardware
 from app.model.spec import ModelSpec, model_spec
 from app.settings import CACHE_TYPES, RUNNERS, RunnerName, Settings, runner_defaults
-from ui.cli.output import GIB
+from app.units import GIB
 
 EXIT_USAGE = 2
 """Exit status of a usage error or of any :class:`~app.errors.GGTuneError`."""

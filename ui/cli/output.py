@@ -2,18 +2,6 @@
 
 from __future__ import annotations
 
-GIB = 1024**3
-MIB = 1024**2
-
-
-def format_bytes(n: int | None) -> str:
-    """Return ``n`` bytes as a short human string with its unit (MiB below 1 GiB)."""
-    if n is None:
-        return "unknown"
-    if abs(n) >= GIB:
-        return f"{n / GIB:.2f} GiB"
-    return f"{n / MIB:.2f} MiB"
-
 
 def print_table(rows: list[list[str]]) -> None:
     """Print ``rows`` as aligned columns, the first row a header underlined with dashes."""

@@ -35,7 +35,6 @@ from app.planning.compare import compare_rows, is_repo, repo_rows
 from app.planning.planner import (
     COMPARE_QUANTS,
     DEFAULT_RPC_PORT,
-    GIB,
     GOALS,
     KV_TYPES,
     RPC_SECURITY_NOTE,
@@ -57,9 +56,10 @@ from app.predict.speed import (
     SpeedFactors,
 )
 from app.settings import ALL_LAYERS, Settings, runner_defaults
+from app.units import GIB, format_bytes
 from ui.cli.commands import COMMANDS
 from ui.cli.options import hardware_from_args, load_spec
-from ui.cli.output import format_bytes, print_table
+from ui.cli.output import print_table
 
 
 def _hardware_flags(p: argparse.ArgumentParser) -> None:
@@ -393,7 +393,7 @@ def _print_compare_table(rows: list[dict[str, Any]], hardware: Hardware) -> None
     for r in rows:
         if r.get("error"):
             table.append(
-                [r["quant"], format_bytes(r["file_bytes"]), "?", *["?"] * len(names), "?", "?",
+                [r["quant"], format_bytes(r["file_bytes"], 2), "?", *["?"] * len(names), "?", "?",
                  "?", r["origin"] + " (unread)"]
             )  # fmt: skip
             continue
@@ -406,9 +406,9 @@ def _print_compare_table(rows: list[dict[str, Any]], hardware: Hardware) -> None
         table.append(
             [
                 r["quant"],
-                format_bytes(r["file_bytes"]),
+                format_bytes(r["file_bytes"], 2),
                 f"{r['bits_per_weight']:.2f}",
-                *[format_bytes(r["devices"][n]) if n in r["devices"] else "?" for n in names],
+                *[format_bytes(r["devices"][n], 2) if n in r["devices"] else "?" for n in names],
                 fits,
                 f"{r['decode_tok_per_s']:.1f}",
                 kld,

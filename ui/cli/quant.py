@@ -17,9 +17,9 @@ from app.model.gguf_reader import read_model
 from app.model.quality import QualityTable, load_quality, weight_quality
 from app.model.quant import QuantFailure, QuantResult, simulate_all
 from app.model.spec import ModelSpec, model_spec
+from app.units import format_bytes
 from ui.cli.commands import COMMANDS
 from ui.cli.options import load_spec
-from ui.cli.output import format_bytes
 
 
 def register(sub: Any) -> None:
@@ -93,7 +93,7 @@ def run_quants(args: argparse.Namespace) -> int:
             else "not measured"
         )
         print(
-            f"{row['quant']:<10} {format_bytes(row['file_bytes']):>10} "
+            f"{row['quant']:<10} {format_bytes(row['file_bytes'], 2):>10} "
             f"{row['bits_per_weight']:>6.2f}  {'needed' if row['needs_imatrix'] else '':<8} "
             f"{quality}"
         )

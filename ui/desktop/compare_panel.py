@@ -71,9 +71,8 @@ from app.errors import GGTuneError
 from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
 from app.planning.compare import HUB_ORIGIN, compare_rows, repo_rows
-from app.planning.planner import COMPARE_QUANTS, QuantOption, fmt_ctx, fmt_tps, quant_options
+from app.planning.planner import COMPARE_QUANTS, QuantOption, fmt_ctx, quant_options
 from app.predict.speed import SpeedFactors
-from app.predict.verdict import format_size
 from app.settings import Settings
 from app.sources.hf import (
     DownloadProgress,
@@ -87,6 +86,7 @@ from app.sources.hf import (
     parse_repo,
     read_models,
 )
+from app.units import format_bytes, format_tps
 from ui.desktop.banner import MessageBanner
 from ui.desktop.download import (
     DownloadController,
@@ -537,7 +537,7 @@ class CompareTableModel(QAbstractTableModel):
                 return f"{row.origin} (not read)", row.origin
             return row.origin + (" (imatrix)" if row.needs_imatrix else ""), row.origin
         if kind == "File":
-            return format_size(row.file_bytes), row.file_bytes
+            return format_bytes(row.file_bytes), row.file_bytes
         if row.error:
             return "?", None
         if kind == "Bits/weight":
@@ -545,14 +545,14 @@ class CompareTableModel(QAbstractTableModel):
         if kind == "device":
             _name, used, cap = row.devices[device] if device < len(row.devices) else ("", 0, None)
             if cap is None:
-                return format_size(used), used
-            return f"{format_size(used)} of {format_size(cap)}", used
+                return format_bytes(used), used
+            return f"{format_bytes(used)} of {format_bytes(cap)}", used
         if kind == "Fits":
             return row.fits_text, row.fits
         if kind == "Writing tok/s":
-            return fmt_tps(row.decode_tok_per_s), row.decode_tok_per_s
+            return format_tps(row.decode_tok_per_s), row.decode_tok_per_s
         if kind == "Reading tok/s":
-            return fmt_tps(row.prefill_tok_per_s), row.prefill_tok_per_s
+            return format_tps(row.prefill_tok_per_s), row.prefill_tok_per_s
         return row.quality_text, row.kld if row.kld is not None else row.kld_nearest
 
     def data(
@@ -665,7 +665,7 @@ class CompareChartWidget(QWidget):
         self._rows = rows
         self.setAccessibleDescription(
             "; ".join(
-                f"{r.quant}: {format_size(r.total_bytes)}, {fmt_tps(r.decode_tok_per_s)} tok/s"
+                f"{r.quant}: {format_bytes(r.total_bytes)}, {format_tps(r.decode_tok_per_s)} tok/s"
                 for r in rows
             )
         )
@@ -764,9 +764,9 @@ class CompareChartWidget(QWidget):
             if row.error:
                 label = "header not read"
             elif self._metric == "memory":
-                label = format_size(row.total_bytes)
+                label = format_bytes(row.total_bytes)
             else:
-                label = f"{fmt_tps(row.decode_tok_per_s)} tok/s"
+                label = f"{format_tps(row.decode_tok_per_s)} tok/s"
             painter.setPen(text)
             painter.drawText(QPointF(left + w + 6, y + _BAR_H - 4), label)
         font = painter.font()
@@ -777,7 +777,7 @@ class CompareChartWidget(QWidget):
             x = left + width * cap / top_value
             painter.setPen(QPen(text, 2))
             painter.drawLine(QPointF(x, _PAD - 3), QPointF(x, bottom - _GAP + 3))
-            painter.drawText(QPointF(x + 4, bottom + 12), f"capacity {format_size(cap)}")
+            painter.drawText(QPointF(x + 4, bottom + 12), f"capacity {format_bytes(cap)}")
         legend = (
             "solid: a file (yours, or on the hub) · hatched: simulated · orange: part on the CPU · "
             "red: does not fit"
@@ -1077,11 +1077,11 @@ class ComparePanel(QWidget):
             free = free_bytes(folder if folder is not None else hub_cache_dir())
         except OSError as err:
             return (
-                f"It is {format_size(entry.size_bytes)}; the free disk {where} is unknown ({err})."
+                f"It is {format_bytes(entry.size_bytes)}; the free disk {where} is unknown ({err})."
             )
         n = len(entry.files)
         files = f" in {n} files" if n > 1 else ""
-        text = f"It is {format_size(entry.size_bytes)}{files}; {format_size(free)} free {where}."
+        text = f"It is {format_bytes(entry.size_bytes)}{files}; {format_bytes(free)} free {where}."
         if free < entry.size_bytes:
             text += " Not enough room there, unless part of it is downloaded already."
         return text

@@ -25,8 +25,8 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.errors import DownloadCancelledError
-from app.predict.verdict import format_size
 from app.sources.hf import DownloadProgress, ModelEntry, RepoListing, download
+from app.units import format_bytes
 from ui.desktop.jobs import job_pool, run_job
 from ui.desktop.model_card import describe_error
 
@@ -52,7 +52,7 @@ def progress_text(p: DownloadProgress) -> str:
     '1.5 GiB of 4.0 GiB · 45.0 MiB/s · ETA 1:35 · file 1/2'
     """
     files = f"file {p.file_index + 1}/{p.n_files}"
-    amount = f"{format_size(p.done_bytes)} of {format_size(p.total_bytes)}"
+    amount = f"{format_bytes(p.done_bytes)} of {format_bytes(p.total_bytes)}"
     if p.stage == "checking":
         return f"Checking the partial download: {amount} · {files}"
     speed = f"{p.bytes_per_s / 2**20:.1f} MiB/s"
@@ -198,7 +198,7 @@ class DownloadController(QObject):
         if isinstance(error, DownloadCancelledError):
             last = self._last
             where = (
-                f" at {format_size(last.done_bytes)} of {format_size(last.total_bytes)}"
+                f" at {format_bytes(last.done_bytes)} of {format_bytes(last.total_bytes)}"
                 if last is not None and last.stage != "checking"
                 else ""
             )

@@ -29,8 +29,9 @@ from app.model.quant import QuantResult, simulate_all, simulate_quant
 from app.model.spec import ModelSpec
 from app.planning.planner import own_quant_name
 from app.predict.estimate import MemoryEstimate, estimate
-from app.predict.verdict import DEFAULT_MARGIN_BYTES, Verdict, verdict
+from app.predict.verdict import Verdict, verdict
 from app.settings import ALL_LAYERS, RUNNERS, RunnerName, Settings, runner_defaults
+from app.units import DEFAULT_MARGIN_BYTES
 from ui.desktop.hardware import HardwareChoice
 from ui.desktop.jobs import run_job
 from ui.desktop.model_card import LoadedModel

@@ -40,12 +40,12 @@ from app.planning.explain import (
     ExplainFacts,
     Section,
     explain_facts,
-    fmt_bytes,
     fmt_tokens,
     sections_from_facts,
 )
-from app.planning.planner import fmt_tps, own_quant_name
+from app.planning.planner import own_quant_name
 from app.predict.speed import SpeedFactors
+from app.units import format_bytes, format_tps
 from ui.desktop.estimate_controller import EstimateController, EstimateState
 from ui.desktop.memory_view import COMPONENTS
 
@@ -107,7 +107,9 @@ class StackedBar(QWidget):
         """Show ``segments`` under ``caption``."""
         self._caption = caption
         self._segments = tuple(segments)
-        described = ", ".join(f"{s.title} {fmt_bytes(s.n_bytes)}" for s in self._segments)
+        described = ", ".join(
+            f"{s.title} {format_bytes(s.n_bytes, down_to='bytes')}" for s in self._segments
+        )
         self.setAccessibleDescription(f"{caption}: {described}")
         self.setToolTip(described)
         self.update()
@@ -152,7 +154,7 @@ class StackedBar(QWidget):
         lx = bar.left()
         label_y = bar.bottom() + 3
         for s in self._segments:
-            label = f"{s.title} {fmt_bytes(s.n_bytes)}"
+            label = f"{s.title} {format_bytes(s.n_bytes, down_to='bytes')}"
             lw = fm.horizontalAdvance(label)
             if lx + 11 + lw > bar.right() + 1:
                 break
@@ -496,13 +498,15 @@ class ExplainPanel(QWidget):
         self.text.setHtml(sections_html(self._sections, self.palette()))
         bar.setValue(position)
         self.memory_bar.set_bar(
-            f"Where the memory goes: {fmt_bytes(facts.total_bytes)} in all", memory_segments(facts)
+            f"Where the memory goes: {format_bytes(facts.total_bytes, down_to='bytes')} in all",
+            memory_segments(facts),
         )
         if facts.bound_tok_per_s > 0:
             gbs = facts.bandwidth_bytes_per_s / 1e9
             caption = (
-                f"What one new token reads: {fmt_bytes(facts.bytes_per_token_read)} "
-                f"÷ {gbs:.0f} GB/s → at most {fmt_tps(facts.bound_tok_per_s)} tokens/s"
+                "What one new token reads: "
+                f"{format_bytes(facts.bytes_per_token_read, down_to='bytes')} "
+                f"÷ {gbs:.0f} GB/s → at most {format_tps(facts.bound_tok_per_s)} tokens/s"
             )
             self.read_bar.set_bar(caption, read_segments(facts))
             self.read_bar.show()

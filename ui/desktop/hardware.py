@@ -16,11 +16,10 @@ from PySide6.QtCore import QObject, Signal
 
 from app.hardware.devices import Device, Hardware
 from app.hardware.probe import local_hardware
-from app.predict.verdict import format_size
+from app.units import GIB, format_bytes
 from ui.desktop.jobs import run_job
 from ui.desktop.model_card import describe_error
 
-GIB = 1024**3
 HardwareSource = Literal["local", "planned", "profile"]
 
 
@@ -37,17 +36,17 @@ def describe_hardware(hardware: Hardware) -> str:
     """Return e.g. "1 × 24.0 GiB GPU, 62.8 GiB RAM" or "CPU only, 23.5 GiB RAM"."""
     host = hardware.host
     ram = host.capacity_bytes
-    ram_text = "RAM size unknown" if ram is None else f"{format_size(ram)} RAM"
+    ram_text = "RAM size unknown" if ram is None else f"{format_bytes(ram)} RAM"
     if ram is not None and host.free_bytes is not None and host.free_bytes < ram:
-        ram_text += f" ({format_size(host.free_bytes)} free)"
+        ram_text += f" ({format_bytes(host.free_bytes)} free)"
     if not hardware.gpus:
         return f"CPU only, {ram_text}"
     sizes = [g.capacity_bytes for g in hardware.gpus]
     if len(set(sizes)) == 1:
-        size = "unknown size" if sizes[0] is None else format_size(sizes[0])
+        size = "unknown size" if sizes[0] is None else format_bytes(sizes[0])
         gpus = f"{len(sizes)} × {size} GPU"
     else:
-        gpus = " + ".join("?" if s is None else format_size(s) for s in sizes) + " GPUs"
+        gpus = " + ".join("?" if s is None else format_bytes(s) for s in sizes) + " GPUs"
     return f"{gpus}, {ram_text}"
 
 

@@ -60,7 +60,7 @@ from app.hardware.profiles import (
     parse_profile,
     user_profiles_dir,
 )
-from app.predict.verdict import format_size
+from app.units import format_bytes
 from ui.desktop.hardware import HardwareController, describe_hardware
 from ui.desktop.jobs import run_job
 from ui.desktop.model_card import describe_error
@@ -160,7 +160,7 @@ def describe_report(report: HardwareReport) -> tuple[str, str]:
     if h is None:
         lines.append(f"CPU: unknown ({report.status('host').detail})")
     else:
-        ram = "unknown" if h.ram_total_bytes is None else format_size(h.ram_total_bytes)
+        ram = "unknown" if h.ram_total_bytes is None else format_bytes(h.ram_total_bytes)
         cores = h.physical_cores or "?"
         lines.append(f"CPU: {h.cpu_model or 'unknown'}, {cores} cores, {ram} RAM")
     bw = report.host_bandwidth
@@ -171,7 +171,7 @@ def describe_report(report: HardwareReport) -> tuple[str, str]:
     if not report.gpus:
         lines.append("GPUs: none found")
     for g in report.gpus:
-        memory = "memory unknown" if g.total_bytes is None else format_size(g.total_bytes)
+        memory = "memory unknown" if g.total_bytes is None else format_bytes(g.total_bytes)
         bandwidth = "" if g.bandwidth_gb_per_s is None else f", {g.bandwidth_gb_per_s:.0f} GB/s"
         used = "" if g.engine_name else " (no llama.cpp backend: not planned for)"
         lines.append(f"{g.engine_name or 'GPU'}: {g.name}, {memory}{bandwidth}{used}")

@@ -66,19 +66,18 @@ from app.planning.planner import (
     Goal,
     QuantOption,
     fmt_ctx,
-    fmt_tps,
     max_users,
     quant_options,
 )
 from app.predict.estimate import DeviceEstimate, MemoryEstimate
 from app.predict.speed import SpeedFactors, SpeedPrediction, predict_speed
-from app.predict.verdict import device_label, format_size
+from app.predict.verdict import device_label
 from app.settings import Settings
+from app.units import format_bytes, format_mib, format_tps, speed_depth
 from ui.desktop.estimate_controller import EstimateController, EstimateState
 from ui.desktop.hardware import HardwareChoice
 from ui.desktop.jobs import run_job
 from ui.desktop.model_card import describe_error
-from ui.desktop.scales import format_mib
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +144,7 @@ def device_tooltip(device: DeviceEstimate, margin_bytes: int) -> str:
             f"<tr><td>{word}</td><td align='right'>&nbsp;{format_mib(abs(room))}</td></tr>"
         )
     lines.append("</table>")
-    lines.append(f"Layers here: {device.n_layers}. Safety margin: {format_size(margin_bytes)}.")
+    lines.append(f"Layers here: {device.n_layers}. Safety margin: {format_bytes(margin_bytes)}.")
     return "".join(lines)
 
 
@@ -154,13 +153,13 @@ def describe_estimate(est: MemoryEstimate) -> str:
     parts = []
     for d in est.devices:
         comps = ", ".join(
-            f"{c.title} {format_size(_component_bytes(d, c))}"
+            f"{c.title} {format_bytes(_component_bytes(d, c))}"
             for c in COMPONENTS
             if _component_bytes(d, c)
         )
-        cap = "unknown" if d.capacity_bytes is None else format_size(d.capacity_bytes)
+        cap = "unknown" if d.capacity_bytes is None else format_bytes(d.capacity_bytes)
         parts.append(
-            f"{device_label(d)}: {format_size(d.total_bytes)} of {cap} ({comps or 'nothing'})"
+            f"{device_label(d)}: {format_bytes(d.total_bytes)} of {cap} ({comps or 'nothing'})"
         )
     return ". ".join(parts) + "."
 
@@ -341,13 +340,13 @@ class MemoryBarsWidget(QWidget):
         muted = pal.color(QPalette.ColorRole.PlaceholderText)
         cap = device.capacity_bytes
         title = device_title(device)
-        used = format_size(device.total_bytes)
+        used = format_bytes(device.total_bytes)
         if cap is None:
             right = f"{used} used, capacity unknown"
         elif cap >= device.total_bytes:
-            right = f"{used} of {format_size(cap)} · {format_size(cap - device.total_bytes)} free"
+            right = f"{used} of {format_bytes(cap)} · {format_bytes(cap - device.total_bytes)} free"
         else:
-            right = f"{used} of {format_size(cap)} · {format_size(device.total_bytes - cap)} over"
+            right = f"{used} of {format_bytes(cap)} · {format_bytes(device.total_bytes - cap)} over"
         if self._zoomed:
             right = f"zoomed to {used} used · " + right.split(" · ", 1)[-1]
         baseline = rect.top() - 7
@@ -406,7 +405,7 @@ class MemoryBarsWidget(QWidget):
         ]
         items.append(("solid", "", "capacity"))
         if self._margin_bytes:
-            items.append(("dashed", "", f"{format_size(self._margin_bytes)} safety margin"))
+            items.append(("dashed", "", f"{format_bytes(self._margin_bytes)} safety margin"))
         return items
 
     def _legend_layout(self, width: int) -> list[tuple[float, int, tuple[str, str, str]]]:
@@ -675,12 +674,6 @@ class SpeedSummary:
     error: str | None = None
 
 
-def speed_depth(settings: Settings) -> int:
-    """Return the depth speed is quoted at: half a user's context, at most 4096 tokens."""
-    per_user = settings.n_ctx // max(1, settings.n_parallel)
-    return min(per_user // 2, 4096)
-
-
 def users_goal(settings: Settings, margin_bytes: int) -> Goal:
     """Return the "users" goal for the line: the settings' own cache type when the planner
     knows it (else its defaults), the verdict's margin."""
@@ -714,8 +707,8 @@ def speed_text(summary: SpeedSummary) -> str:
     p = summary.prediction
     if p is not None:
         parts.append(
-            f"~{fmt_tps(p.decode_tok_per_s)} tok/s writing, "
-            f"~{fmt_tps(p.prefill_tok_per_s)} tok/s reading the prompt, "
+            f"~{format_tps(p.decode_tok_per_s)} tok/s writing, "
+            f"~{format_tps(p.prefill_tok_per_s)} tok/s reading the prompt, "
             f"first token after {p.ttft_s:.2f} s ({p.n_prompt}-token prompt)"
         )
     if summary.error is not None:
@@ -792,7 +785,7 @@ class SpeedController(QObject):
                     state.spec or state.model.spec,
                     state.settings,
                     state.hardware.hardware,
-                    depth=speed_depth(state.settings),
+                    depth=speed_depth(state.settings.n_ctx, state.settings.n_parallel),
                     n_prompt=SPEED_PROMPT_TOKENS,
                     factors=self._factors,
                 )

@@ -35,7 +35,7 @@ from app.model.facts import describe_model
 from app.model.gguf_reader import read_model
 from app.model.spec import ModelSpec, model_spec
 from app.planning.planner import own_quant_name
-from app.predict.verdict import format_size
+from app.units import format_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +171,7 @@ def model_card(spec: ModelSpec) -> ModelCard:
     facts: list[tuple[str, str]] = [
         ("Architecture", f"{d.architecture} ({d.memory_kind} memory)"),
         ("Parameters", f"{d.parameters / 1e9:.3f} B ({d.parameters:,})"),
-        ("Weights", f"{format_size(d.weights_bytes)}, {d.bits_per_weight:.2f} bits/weight"),
+        ("Weights", f"{format_bytes(d.weights_bytes)}, {d.bits_per_weight:.2f} bits/weight"),
         ("Training context", f"{d.context_length:,} tokens"),
         (
             "Layers",
@@ -201,7 +201,7 @@ def model_card(spec: ModelSpec) -> ModelCard:
     total = max(1, d.weights_bytes)
     mix = sorted(d.quantization.items(), key=lambda kv: -kv[1].bytes)
     quant_mix = tuple(
-        (name, f"{q.tensors} tensors, {format_size(q.bytes)} ({100 * q.bytes / total:.0f} %)")
+        (name, f"{q.tensors} tensors, {format_bytes(q.bytes)} ({100 * q.bytes / total:.0f} %)")
         for name, q in mix
     )
     title = d.name or os.path.basename(spec.path)

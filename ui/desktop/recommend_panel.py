@@ -40,20 +40,18 @@ from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
 from app.planning.planner import (
     DEFAULT_MAX_KLD,
-    GIB,
     Candidate,
     Goal,
     GoalName,
     QuantOption,
     Recommendation,
     fmt_ctx,
-    fmt_gib,
-    fmt_tps,
     own_quant_name,
     quant_options,
     recommend,
 )
 from app.predict.speed import SpeedFactors
+from app.units import GIB, format_bytes, format_tps
 from ui.desktop.banner import MessageBanner
 from ui.desktop.compare_panel import compare_options
 from ui.desktop.estimate_controller import EstimateController
@@ -139,9 +137,9 @@ def settings_summary(c: Candidate) -> str:
     if not s.use_mmap:
         parts.append("mmap off")
     speed = c.speed
-    parts.append(f"~{fmt_tps(speed.per_user_tok_per_s)} tok/s per user")
+    parts.append(f"~{format_tps(speed.per_user_tok_per_s)} tok/s per user")
     used = sum(d.total_bytes for d in c.estimate.devices)
-    parts.append(f"{fmt_gib(used)} in all")
+    parts.append(f"{format_bytes(used)} in all")
     return ", ".join(parts)
 
 

@@ -17,15 +17,13 @@ import bisect
 import math
 from typing import Final
 
+from app.units import KIB
+
 CONTEXT_QUANTUM: Final = 256
 """Context sizes snap to multiples of this many tokens (llama.cpp pads cells to 256)."""
 
 STEPS_PER_OCTAVE: Final = 16
 """Log-spaced points per doubling of the context; duplicates after snapping are dropped."""
-
-KIB: Final = 1024
-MIB: Final = 1024**2
-GIB: Final = 1024**3
 
 
 def snap_context(n_tokens: int) -> int:
@@ -72,16 +70,3 @@ def format_tokens(n_tokens: int) -> str:
     if n_tokens >= 10 * KIB:
         return f"{n_tokens / KIB:.1f}k"
     return f"{n_tokens:,}"
-
-
-def format_mib(n_bytes: int) -> str:
-    """Return an exact-looking size: "1,234.56 MiB" (two decimals, as llama.cpp prints)."""
-    return f"{n_bytes / MIB:,.2f} MiB"
-
-
-def format_signed_mib(n_bytes: int) -> str:
-    """Return a difference: "+0.25 MiB", "−1.50 MiB", "0.00 MiB"."""
-    if n_bytes == 0:
-        return "0.00 MiB"
-    sign = "+" if n_bytes > 0 else "−"
-    return f"{sign}{abs(n_bytes) / MIB:,.2f} MiB"

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from app.units import format_bytes, format_mib
 from ui.desktop.main_window import MainWindow
 
 EXIT_FAILED: Final = 1
@@ -78,7 +79,6 @@ def run_window(model: str, scratch: Path, timeout_s: float) -> tuple[int, str]:
 
 def _estimate_and_dry_run(window: MainWindow, stage: dict[str, str], finish: _Finish) -> None:
     """Check the estimate on screen, then start the window's dry run (GUI thread)."""
-    from app.predict.verdict import format_size
 
     window.estimates.update(n_ctx=SELFTEST_CONTEXT)
     state = window.estimates.state
@@ -88,7 +88,7 @@ def _estimate_and_dry_run(window: MainWindow, stage: dict[str, str], finish: _Fi
     est = state.estimate
     headline = state.verdict.headline if state.verdict is not None else "no verdict"
     _say(
-        f"estimate: {format_size(est.total_bytes)} in total at n_ctx={est.context.n_ctx} "
+        f"estimate: {format_bytes(est.total_bytes)} in total at n_ctx={est.context.n_ctx} "
         f"({headline})"
     )
     stage["now"] = "starting the dry run"
@@ -100,7 +100,6 @@ def _estimate_and_dry_run(window: MainWindow, stage: dict[str, str], finish: _Fi
 
 
 def _on_dry_run_done(result: object, finish: _Finish) -> None:
-    from ui.desktop.scales import format_mib, format_signed_mib
     from ui.desktop.verify_panel import VerifyResult
 
     assert isinstance(result, VerifyResult), "VerifyController.finished carries a VerifyResult"
@@ -109,9 +108,8 @@ def _on_dry_run_done(result: object, finish: _Finish) -> None:
         if row.engine_bytes is None:
             engine = "not reported"
         else:
-            engine = (
-                f"{format_mib(row.engine_bytes)} ({format_signed_mib(row.difference_bytes or 0)})"
-            )
+            difference = format_mib(row.difference_bytes or 0, signed=True)
+            engine = f"{format_mib(row.engine_bytes)} ({difference})"
         _say(f"  {row.component}: estimate {format_mib(row.estimate_bytes)}, llama.cpp {engine}")
     finish(0, "")
 

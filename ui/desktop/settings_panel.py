@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
 from app.settings import ALL_LAYERS, CACHE_TYPES, FLASH_ATTN_MODES, RUNNERS, Settings
+from app.units import GIB
 from ui.desktop.estimate_controller import (
     RUNNER_TITLES,
     EstimateController,
@@ -43,7 +44,7 @@ from ui.desktop.estimate_controller import (
     QuantChoice,
     max_context,
 )
-from ui.desktop.hardware import GIB, HardwareChoice, HardwareController, describe_hardware
+from ui.desktop.hardware import HardwareChoice, HardwareController, describe_hardware
 from ui.desktop.model_card import LoadedModel
 from ui.desktop.scales import context_steps, format_tokens, nearest_step
 

@@ -67,6 +67,7 @@ from app.model.spec import ModelSpec
 from app.predict.estimate import MemoryEstimate, estimate
 from app.predict.speed import predict_speed
 from app.settings import Settings
+from app.units import format_mib
 from runner.benchmark import Benchmark
 from runner.dry_run import DryRun
 from runner.worker import Event, StepEvent
@@ -74,7 +75,6 @@ from ui.desktop.banner import MessageBanner
 from ui.desktop.jobs import run_job
 from ui.desktop.model_card import CATALOG_NO_FILE, LoadedModel, describe_error, is_catalog
 from ui.desktop.record_table import RIGHT, RecordTableModel
-from ui.desktop.scales import format_mib, format_signed_mib
 
 DRY_RUN_TIMEOUT_S: Final = 120.0
 BENCH_TIMEOUT_S: Final = 300.0
@@ -296,7 +296,7 @@ def _memory_text(row: ComparisonRow, col: int) -> str:
     if diff is None:
         return ""
     pct = row.difference_percent
-    return format_signed_mib(diff) + ("" if pct is None else f" ({pct:+.2f} %)")
+    return format_mib(diff, signed=True) + ("" if pct is None else f" ({pct:+.2f} %)")
 
 
 def _speed_text(row: SpeedRow, col: int) -> str:

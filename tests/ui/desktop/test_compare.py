@@ -22,16 +22,12 @@ from app.planning.compare import compare_rows, repo_rows
 from app.planning.planner import COMPARE_QUANTS, max_users, quant_options
 from app.predict.speed import predict_speed
 from app.sources.hf import list_repo, read_models
+from app.units import speed_depth
 from tests.fake_hub import REPO, FakeHub
 from tests.ui.desktop.test_main_window import TEST_HARDWARE, make_window
 from ui.desktop.compare_panel import CompareTableModel, compare_table
 from ui.desktop.main_window import MainWindow
-from ui.desktop.memory_view import (
-    SPEED_PROMPT_TOKENS,
-    USERS_MIN_TOK_PER_S,
-    speed_depth,
-    users_goal,
-)
+from ui.desktop.memory_view import SPEED_PROMPT_TOKENS, USERS_MIN_TOK_PER_S, users_goal
 
 RESULT_TIMEOUT_MS = 30_000
 
@@ -161,7 +157,7 @@ def test_memory_view_shows_speed_and_users(qtbot: QtBot, window: MainWindow) -> 
         spec,
         settings,
         TEST_HARDWARE,
-        depth=speed_depth(settings),
+        depth=speed_depth(settings.n_ctx, settings.n_parallel),
         n_prompt=SPEED_PROMPT_TOKENS,
         factors=speed.factors,
     )

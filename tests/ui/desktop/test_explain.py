@@ -10,8 +10,8 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QSettings
 from pytestqt.qtbot import QtBot
 
-from app.planning.explain import fmt_bytes
 from app.predict.estimate import estimate
+from app.units import format_bytes
 from tests.ui.desktop.test_main_window import TEST_HARDWARE, make_window
 from ui.desktop.explain_panel import ExplainPanel
 from ui.desktop.main_window import MainWindow
@@ -40,8 +40,8 @@ def test_explain_tab_shows_the_estimators_numbers(qtbot: QtBot, qsettings: QSett
     expected = estimate(state.model.spec, state.settings, TEST_HARDWARE)
     cpu = expected.device("CPU")
     text = panel.text.toPlainText()
-    assert fmt_bytes(cpu.kv_bytes) in text
-    assert fmt_bytes(cpu.weights_bytes) in text
+    assert format_bytes(cpu.kv_bytes, down_to="bytes") in text
+    assert format_bytes(cpu.weights_bytes, down_to="bytes") in text
     assert "18.0 KiB" in text  # gemma-3-270m: KV per token at f16
     assert "sliding window" in text.lower()
     assert panel.memory_bar.caption.startswith("Where the memory goes")
@@ -69,7 +69,7 @@ def test_hidden_tab_costs_nothing_and_catches_up_when_shown(
     assert after != before
     state = window.estimates.state
     assert state.estimate is not None
-    assert fmt_bytes(state.estimate.device("CPU").kv_bytes) in after
+    assert format_bytes(state.estimate.device("CPU").kv_bytes, down_to="bytes") in after
 
 
 def test_visible_tab_refreshes_once_after_the_slider_rests(
@@ -85,7 +85,7 @@ def test_visible_tab_refreshes_once_after_the_slider_rests(
     qtbot.waitUntil(lambda: panel.refresh_count == count + 1, timeout=15_000)
     state = window.estimates.state
     assert state.estimate is not None
-    assert fmt_bytes(state.estimate.device("CPU").kv_bytes) in _kv_text(panel)
+    assert format_bytes(state.estimate.device("CPU").kv_bytes, down_to="bytes") in _kv_text(panel)
 
 
 def test_settings_that_cannot_run_say_why(qtbot: QtBot, qsettings: QSettings) -> None:
