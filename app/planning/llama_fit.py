@@ -47,9 +47,9 @@ from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
 from app.predict.estimate import DeviceEstimate, MemoryEstimate, estimate
 from app.settings import ALL_LAYERS, Settings
+from app.units import DEFAULT_MARGIN_BYTES, MIB
 
-MIB: Final = 1024 * 1024
-DEFAULT_FIT_TARGET_MIB: Final = 1024
+DEFAULT_FIT_TARGET_MIB: Final = DEFAULT_MARGIN_BYTES // MIB  # 1024
 """``--fit-target`` default, per device (``common/common.h`` ``fit_params_target``)."""
 DEFAULT_FIT_CTX: Final = 4096
 """``--fit-ctx`` default: the least context fit may choose (``fit_params_min_ctx``)."""
