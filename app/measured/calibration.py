@@ -47,24 +47,41 @@ def machine_factors(
     measurements: list[SpeedMeasurement] = []
     specs: dict[str, ModelSpec] = {}
     for run in runs:
-        m = run.result.get("machine", {})
-        there = (
-            m.get("cpu_model"),
-            m.get("physical_cores"),
-            m.get("logical_cores"),
-            round(int(m.get("ram_bytes", 0)) / GIB),
-            len(m.get("gpus", ())),
-        )
-        if there != here:
-            continue
-        path = str(run.result.get("model_path", ""))
-        if path not in specs:
-            try:
-                specs[path] = model_spec(read_model(path))
-            except (GGTuneError, OSError):
-                continue
-        measurements.extend(
-            measurements_from_record(run.result, specs[path], hardware, model_key=run.model_file)
-        )
+        try:
+            found = _measurements(run.result, run.model_file, here, hardware, specs)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+            continue  # a stored record that is not what a run writes: leave it out
+        measurements.extend(found)
     own = os.path.basename(spec.path)
     return calibrate(measurements, model_key=own or None)
+
+
+def _measurements(
+    record: dict[str, object],
+    model_file: str,
+    here: tuple[object, ...],
+    hardware: Hardware,
+    specs: dict[str, ModelSpec],
+) -> list[SpeedMeasurement]:
+    """Return the measurements of one stored run if it is this machine's (else none)."""
+    m = record.get("machine", {})
+    if not isinstance(m, dict):
+        raise TypeError("machine is not an object")
+    ram = m.get("ram_bytes", 0)
+    gpus = m.get("gpus", ())
+    there = (
+        m.get("cpu_model"),
+        m.get("physical_cores"),
+        m.get("logical_cores"),
+        round(int(ram) / GIB) if isinstance(ram, int | float) else None,
+        len(gpus) if isinstance(gpus, list | tuple) else None,
+    )
+    if there != here:
+        return []
+    path = str(record.get("model_path", ""))
+    if path not in specs:
+        try:
+            specs[path] = model_spec(read_model(path))
+        except (GGTuneError, OSError):
+            return []
+    return list(measurements_from_record(record, specs[path], hardware, model_key=model_file))

@@ -12,11 +12,16 @@ Safety rules:
 * **Versioned schema**: ``PRAGMA user_version`` holds the version; :data:`MIGRATIONS`
   step it up one version at a time, each in its own transaction. A file from a newer
   ggtune is left alone (:class:`~app.errors.ResultsDBError`).
-* **Never lost silently**: a file that is not a database or is damaged, or one another
-  program keeps locked past the time-out, is *set aside* — renamed to
-  ``results.sqlite3.<corrupt|locked>-YYYYmmdd-HHMMSS`` with its journal — and a new one
-  is created; :attr:`ResultsDB.set_aside` reports each such move so the caller tells the
-  user where the old file went.
+* **Never lost silently**: a file that is not a database or is damaged is *set aside* —
+  renamed to ``results.sqlite3.corrupt-YYYYmmdd-HHMMSS`` with its journal — and a new
+  one is created; :attr:`ResultsDB.set_aside` reports each such move so the caller tells
+  the user where the old file went.
+* **A healthy file is never moved**: one that another program (a second ggtune, a SQLite
+  browser) keeps locked is waited for ``timeout_s`` seconds, then the call fails with
+  :class:`~app.errors.ResultsDBError` ("in use by another program") and the file and the
+  other program's writes stay as they are.
+* **A bad row is skipped, not fatal**: a stored run whose JSON or columns do not parse is
+  left out of :meth:`ResultsDB.runs` and counted in :attr:`ResultsDB.skipped_rows`.
 * **Writes in transactions** (``BEGIN IMMEDIATE`` … ``COMMIT``): a run is stored whole
   or not at all.
 
@@ -196,6 +201,8 @@ class ResultsDB:
         self._clock = clock
         self.set_aside: list[SetAside] = []
         """Files moved out of the way by this object, oldest first (report them)."""
+        self.skipped_rows = 0
+        """Stored runs left out of the last :meth:`runs` because they did not parse."""
 
     # --- public ---
 
@@ -249,7 +256,14 @@ class ResultsDB:
 
         def query(conn: sqlite3.Connection) -> list[StoredRun]:
             conn.row_factory = sqlite3.Row
-            return [_stored(r) for r in conn.execute(sql, (*args, limit))]
+            out = []
+            self.skipped_rows = 0
+            for row in conn.execute(sql, (*args, limit)):
+                try:
+                    out.append(_stored(row))
+                except (ValueError, TypeError, KeyError, RecursionError):
+                    self.skipped_rows += 1  # a damaged or hand-edited row
+            return out
 
         return self._with_retry(query)
 
@@ -274,11 +288,21 @@ class ResultsDB:
                     return action(conn)
             except sqlite3.DatabaseError as err:
                 kind = _kind_of(err)
+                if kind == "locked":
+                    raise ResultsDBError(
+                        self.path,
+                        f"the results database is in use by another program (still locked "
+                        f"after {self.timeout_s:g} s); try again when it is done",
+                    ) from err
                 if kind is None or attempt == 1:
                     raise ResultsDBError(
                         self.path, f"cannot use the results database: {err}"
                     ) from err
                 self._set_aside(kind, str(err))
+            except OSError as err:  # the folder cannot be made, a read-only disk
+                raise ResultsDBError(
+                    self.path, f"cannot use the results database: {err.strerror or err}"
+                ) from err
         raise AssertionError("unreachable")
 
     def _connect(self) -> sqlite3.Connection:
@@ -326,12 +350,7 @@ class ResultsDB:
             raise ResultsDBError(
                 self.path, f"the database is {kind} ({why}) and could not be set aside: {err}"
             ) from err
-        reason = (
-            f"the results database was locked by another program for {self.timeout_s:g} s"
-            if kind == "locked"
-            else f"the results database was damaged ({why})"
-        )
-        self.set_aside.append(SetAside(target, reason))
+        self.set_aside.append(SetAside(target, f"the results database was damaged ({why})"))
 
 
 @contextmanager
@@ -345,25 +364,57 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("COMMIT")
 
 
+def _dict(text: object) -> dict[str, Any]:
+    """Parse a JSON column that must hold an object; raise ValueError otherwise."""
+    if not isinstance(text, str):
+        raise ValueError("not text")
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
+
+
+def _number(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise ValueError(f"not a number: {value!r}")
+    return float(value)
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"not an integer: {value!r}")
+    return value
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"not text: {value!r}")
+    return value
+
+
 def _stored(row: sqlite3.Row) -> StoredRun:
+    """Return the run in ``row``; raise ValueError/TypeError when a column is damaged."""
+    peak = row["peak_rss_bytes"]
     return StoredRun(
-        id=row["id"],
-        created_at=row["created_at"],
-        hardware_fingerprint=row["hardware_fingerprint"],
-        model_name=row["model_name"],
-        model_file=row["model_file"],
-        model_hash=row["model_hash"],
-        model_size_bytes=row["model_size_bytes"],
-        settings=json.loads(row["settings_json"]),
-        n_threads=row["n_threads"],
-        engine_version=row["engine_version"],
-        backend=row["backend"],
-        mode=row["mode"],
-        pp_tok_per_s=row["pp_tok_per_s"],
-        pp_tok_per_s_sd=row["pp_tok_per_s_sd"],
-        tg_tok_per_s=row["tg_tok_per_s"],
-        tg_tok_per_s_sd=row["tg_tok_per_s_sd"],
-        ttft_s=row["ttft_s"],
-        peak_rss_bytes=row["peak_rss_bytes"],
-        result=json.loads(row["result_json"]),
+        id=_int(row["id"]),
+        created_at=_text(row["created_at"]),
+        hardware_fingerprint=_text(row["hardware_fingerprint"]),
+        model_name=_text(row["model_name"]),
+        model_file=_text(row["model_file"]),
+        model_hash=_text(row["model_hash"]),
+        model_size_bytes=_int(row["model_size_bytes"]),
+        settings=_dict(row["settings_json"]),
+        n_threads=_int(row["n_threads"]),
+        engine_version=_text(row["engine_version"]),
+        backend=_text(row["backend"]),
+        mode=_text(row["mode"]),
+        pp_tok_per_s=_number(row["pp_tok_per_s"]),
+        pp_tok_per_s_sd=_number(row["pp_tok_per_s_sd"]),
+        tg_tok_per_s=_number(row["tg_tok_per_s"]),
+        tg_tok_per_s_sd=_number(row["tg_tok_per_s_sd"]),
+        ttft_s=_number(row["ttft_s"]),
+        peak_rss_bytes=None if peak is None else _int(peak),
+        result=_dict(row["result_json"]),
     )

@@ -1,7 +1,8 @@
 """The results database on real SQLite files in temporary folders.
 
-A corrupt file and a locked one are made for real (garbage bytes; another connection
-holding an exclusive lock) and must be set aside with their contents intact.
+A corrupt file is made for real (garbage bytes) and must be set aside with its contents
+intact; a locked one (another process holding an exclusive lock) must be waited for and
+then refused, never moved; a damaged row is skipped.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -181,27 +184,89 @@ def test_a_damaged_page_is_found_and_set_aside(tmp_path: Path, model: Path) -> N
     assert db.set_aside[0].path.read_bytes() == bytes(data)
 
 
-def test_a_locked_file_is_set_aside_and_its_runs_kept(tmp_path: Path, model: Path) -> None:
+_HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN EXCLUSIVE")  # another program writing, and not letting go
+cols = [r[1] for r in conn.execute("PRAGMA table_info(runs)") if r[1] != "id"]
+conn.execute(f"INSERT INTO runs ({', '.join(cols)}) SELECT {', '.join(cols)} FROM runs")
+conn.execute("UPDATE runs SET model_hash = '1:theirs' WHERE id = 2")
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("COMMIT")
+print("committed", flush=True)
+"""
+
+
+def test_a_database_another_process_holds_is_waited_for_never_moved(
+    tmp_path: Path, model: Path
+) -> None:
     path = tmp_path / "results.sqlite3"
     ResultsDB(path).add(make_result(str(model)), model_hash="1:old")
-    holder = sqlite3.connect(path, isolation_level=None)
-    holder.execute("BEGIN EXCLUSIVE")  # another program writing, and not letting go
+    inode = path.stat().st_ino
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        db = ResultsDB(path, timeout_s=0.2, clock=lambda: FIXED_TIME)
-        assert db.add(make_result(str(model)), model_hash="1:new") == 1
-        assert len(db.set_aside) == 1
-        moved = db.set_aside[0]
-        assert moved.path.name == "results.sqlite3.locked-20261129-173000"
-        assert "locked" in moved.reason
+        assert holder.stdout is not None
+        assert holder.stdin is not None
+        assert holder.stdout.readline().strip() == "locked"
+        db = ResultsDB(path, timeout_s=0.3, clock=lambda: FIXED_TIME)
+        with pytest.raises(ResultsDBError, match="in use by another program") as caught:
+            db.add(make_result(str(model)), model_hash="1:new")
+        assert "\n" not in str(caught.value)
+        assert db.set_aside == []
+        assert path.stat().st_ino == inode
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            "model.gguf",
+            "results.sqlite3",
+            "results.sqlite3-journal",
+        ]
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == "committed"
     finally:
-        holder.execute("ROLLBACK")
-        holder.close()
-    old = sqlite3.connect(moved.path)
-    try:
-        assert old.execute("SELECT model_hash FROM runs").fetchall() == [("1:old",)]
-    finally:
-        old.close()
-    assert [r.model_hash for r in ResultsDB(path).runs()] == ["1:new"]
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait(timeout=10)
+    assert [r.model_hash for r in ResultsDB(path).runs()] == ["1:theirs", "1:old"]
+
+
+def test_a_database_on_a_read_only_path_is_one_line(tmp_path: Path, model: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ResultsDBError) as caught:
+        ResultsDB(blocker / "results.sqlite3").add(make_result(str(model)), model_hash="1:x")
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("result_json", "{not json"),
+        ("result_json", "[1, 2]"),
+        ("settings_json", "null"),
+        ("tg_tok_per_s", "fast"),
+        ("model_size_bytes", "big"),
+        ("result_json", "[" * 100_000 + "]" * 100_000),
+    ],
+)
+def test_a_damaged_row_is_skipped_not_fatal(
+    tmp_path: Path, model: Path, column: str, value: str
+) -> None:
+    path = tmp_path / "results.sqlite3"
+    db = ResultsDB(path)
+    db.add(make_result(str(model)), model_hash="1:good")
+    db.add(make_result(str(model)), model_hash="1:bad")
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(f"UPDATE runs SET {column} = ? WHERE model_hash = '1:bad'", (value,))
+    conn.close()
+    assert [r.model_hash for r in db.runs()] == ["1:good"]
+    assert db.skipped_rows == 1
 
 
 def test_a_newer_schema_is_left_alone(tmp_path: Path, model: Path) -> None:
@@ -298,3 +363,27 @@ def test_many_threads_opening_a_new_file_at_once_all_succeed(tmp_path: Path) -> 
         assert errors == []
         assert db.schema_version() == SCHEMA_VERSION
         assert db.set_aside == []
+
+
+def test_calibration_skips_runs_whose_record_is_damaged(
+    tmp_path: Path, model: Path, smollm_path: Path
+) -> None:
+    from app.hardware.probe import local_hardware
+    from app.measured.calibration import machine_factors
+    from app.model.gguf_reader import read_model
+    from app.model.spec import model_spec
+    from app.predict.speed import SpeedFactors
+
+    path = tmp_path / "results.sqlite3"
+    db = ResultsDB(path)
+    damaged = ('{"machine": null}', '{"machine": [1]}', '{"machine": {"ram_bytes": "x"}}', "[]")
+    for bad in damaged:
+        db.add(make_result(str(model)), model_hash="1:x")
+        conn = sqlite3.connect(path)
+        with conn:
+            conn.execute(
+                "UPDATE runs SET result_json = ? WHERE id = (SELECT max(id) FROM runs)", (bad,)
+            )
+        conn.close()
+    spec = model_spec(read_model(smollm_path))
+    assert machine_factors(spec, local_hardware(), db_path=path) == SpeedFactors()

@@ -104,3 +104,34 @@ def test_quick_and_thorough_exclude_each_other(capsys: pytest.CaptureFixture[str
 def test_bad_plan_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["bench", "m.gguf", "--plan", "1,2"]) == 2
     assert "five numbers" in capsys.readouterr().err
+
+
+@pytest.mark.engine
+def test_a_run_the_database_refuses_is_printed_first(
+    smollm_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    db = tmp_path / "results.sqlite3"
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA user_version = 99")  # written by a newer ggtune: left alone
+    conn.close()
+    args = ["bench", str(smollm_path), "-c", "512", "--plan", TINY_PLAN, "--db", str(db)]
+    assert run([*args, "--json"]) == 2
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert data["run_id"] is None
+    assert "newer ggtune" in data["store_error"]
+    assert all(s["tok_per_s"] > 0 for s in data["speeds"])
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("ggtune: the run was measured but not stored:")
+
+
+@pytest.mark.parametrize("value", ["0", "nan", "-1", "inf"])
+def test_a_timeout_that_is_not_a_positive_number_is_refused(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["bench", "m.gguf", "--timeout", value]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "expected a number > 0" in err

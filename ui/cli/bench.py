@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from app.errors import ModelFileNotFoundError
+from app.errors import ModelFileNotFoundError, ResultsDBError
 from app.measured.bench_result import (
     BenchPlan,
     BenchProgress,
@@ -39,6 +39,7 @@ from ui.cli.options import (
     add_settings_flags,
     hardware_from_args,
     load_spec,
+    positive_number,
     settings_from_args,
 )
 from ui.cli.output import print_table
@@ -82,7 +83,9 @@ def register(sub: Any) -> None:
     b.add_argument("--history", action="store_true", help="list past runs instead of running")
     b.add_argument("--no-save", action="store_true", help="do not store this run")
     b.add_argument("--db", metavar="FILE", help="results database (default: user data dir)")
-    b.add_argument("--timeout", type=float, default=300.0, metavar="S", help=argparse.SUPPRESS)
+    b.add_argument(
+        "--timeout", type=positive_number, default=300.0, metavar="S", help=argparse.SUPPRESS
+    )
     # tests and bench/: an explicit plan "n_prompt,n_gen,depth,n_chat_prompt,repetitions"
     b.add_argument("--plan", type=_plan, default=None, help=argparse.SUPPRESS)
     p.set_defaults(handler=run_bench, mode=None)
@@ -261,6 +264,11 @@ def run_bench(args: argparse.Namespace) -> int:
         model_hash = quick_file_hash(args.model) if args.model else None
         runs = db.runs(model_hash=model_hash)
         _report_set_aside(db)
+        if db.skipped_rows:
+            print(
+                f"ggtune: {db.skipped_rows} damaged run(s) in {db.path} were left out",
+                file=sys.stderr,
+            )
         if args.json:
             print(json.dumps([r.result | {"id": r.id} for r in runs], indent=2))
         else:
@@ -301,18 +309,30 @@ def run_bench(args: argparse.Namespace) -> int:
     progress.done()
     gaps = compare_memory(est, result)
     run_id = None
+    store_error: str | None = None
     if not args.no_save:
-        run_id = db.add(result, model_hash=quick_file_hash(args.model))
-        _report_set_aside(db)
+        # The measurement is printed whatever the database does: a store that fails
+        # (in use, read-only, a newer schema) is reported after it, never instead of it.
+        try:
+            run_id = db.add(result, model_hash=quick_file_hash(args.model))
+        except ResultsDBError as err:
+            store_error = str(err)
+        except OSError as err:
+            store_error = f"{args.model}: cannot read it to store the run: {err.strerror or err}"
     if args.json:
         data = result_to_dict(result) | {
             "comparison": [gap_to_dict(g) for g in gaps],
             "run_id": run_id,
             "database": None if args.no_save else os.fspath(db.path),
+            "store_error": store_error,
         }
         print(json.dumps(data, indent=2))
     else:
         _print_result(result, gaps)
         if run_id is not None:
             print(f"\nstored as run #{run_id} in {db.path}")
+    _report_set_aside(db)
+    if store_error is not None:
+        print(f"ggtune: the run was measured but not stored: {store_error}", file=sys.stderr)
+        return EXIT_USAGE
     return 0
