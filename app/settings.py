@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
@@ -22,6 +23,16 @@ RunnerName = Literal["llama-cpp-python", "llama-server", "ollama", "lmstudio"]
 CACHE_TYPES: Final[tuple[CacheType, ...]] = get_args(CacheType)
 FLASH_ATTN_MODES: Final[tuple[FlashAttn, ...]] = get_args(FlashAttn)
 RUNNERS: Final[tuple[RunnerName, ...]] = get_args(RunnerName)
+
+UINT32_MAX: Final = (1 << 32) - 1
+"""Largest value of the ``uint32_t`` fields of ``llama_context_params`` (n_ctx, n_batch,
+n_ubatch): a larger one reaches llama.cpp truncated (2^32 becomes 0 and aborts it)."""
+
+INT32_MAX: Final = (1 << 31) - 1
+"""Largest ``int32_t`` (``n_gpu_layers``, ``n_cpu_moe`` as the runners pass them)."""
+
+MAX_SEQUENCES: Final = 256
+"""LLAMA_MAX_SEQ (src/llama-cparams.h): llama.cpp refuses more parallel sequences."""
 
 ALL_LAYERS: Final = -1
 """``n_gpu_layers`` value meaning every layer (and the output layer) on the GPU."""
@@ -56,9 +67,12 @@ class Settings:
     tensor's name wins, ``std::regex_search``); BUFFER is ``"CPU"`` or a GPU's name."""
 
     def __post_init__(self) -> None:
-        if self.n_ctx < 0:
-            raise SettingsError(f"context size must be ≥ 0 tokens, got {self.n_ctx}")
-        if self.n_gpu_layers < -1:
+        if not 0 <= self.n_ctx <= UINT32_MAX:
+            raise SettingsError(
+                f"context size must be 0 to {UINT32_MAX:,} tokens (llama.cpp's limit), "
+                f"got {self.n_ctx:,}"
+            )
+        if not -1 <= self.n_gpu_layers <= INT32_MAX:
             raise SettingsError(f"GPU layers must be ≥ -1 (-1 = all), got {self.n_gpu_layers}")
         if self.cache_type_k not in CACHE_TYPES:
             raise SettingsError(f"unknown K cache type {self.cache_type_k!r}")
@@ -66,14 +80,23 @@ class Settings:
             raise SettingsError(f"unknown V cache type {self.cache_type_v!r}")
         if self.flash_attn not in FLASH_ATTN_MODES:
             raise SettingsError(f"flash attention must be on, off or auto, not {self.flash_attn!r}")
-        if self.n_parallel < 1:
-            raise SettingsError(f"parallel sequences must be ≥ 1, got {self.n_parallel}")
-        if self.n_batch < 1 or self.n_ubatch < 1:
-            raise SettingsError("batch sizes must be ≥ 1 token")
-        if self.n_cpu_moe < 0:
+        if not 1 <= self.n_parallel <= MAX_SEQUENCES:
+            raise SettingsError(
+                f"parallel sequences must be 1 to {MAX_SEQUENCES} (llama.cpp's limit), "
+                f"got {self.n_parallel}"
+            )
+        if not (1 <= self.n_batch <= UINT32_MAX and 1 <= self.n_ubatch <= UINT32_MAX):
+            raise SettingsError(
+                f"batch sizes must be 1 to {UINT32_MAX:,} tokens, got {self.n_batch:,} and "
+                f"{self.n_ubatch:,}"
+            )
+        if not 0 <= self.n_cpu_moe <= INT32_MAX:
             raise SettingsError(f"MoE layers on the CPU must be ≥ 0, got {self.n_cpu_moe}")
-        if any(p < 0 for p in self.tensor_split):
-            raise SettingsError("tensor split proportions must be ≥ 0")
+        if any(not math.isfinite(p) or p < 0 for p in self.tensor_split):
+            raise SettingsError(
+                "tensor split proportions must be numbers ≥ 0, got "
+                + ",".join(f"{p:g}" for p in self.tensor_split)
+            )
         for pattern, buffer in self.tensor_overrides:
             if not buffer:
                 raise SettingsError(f"tensor override {pattern!r} names no buffer")

@@ -8,6 +8,7 @@ flags not given take the chosen runner's defaults.
 from __future__ import annotations
 
 import argparse
+import math
 from typing import NoReturn
 
 from app.hardware.devices import Device, Hardware
@@ -52,9 +53,43 @@ def _tensor_split(value: str) -> tuple[float, ...]:
         parts = tuple(float(p) for p in value.replace("/", ",").split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected proportions like 3,1, got {value!r}") from None
-    if any(p < 0 for p in parts):
-        raise argparse.ArgumentTypeError("tensor split proportions must be ≥ 0")
+    if any(not math.isfinite(p) or p < 0 for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"tensor split proportions must be numbers ≥ 0, got {value!r}"
+        )
     return parts
+
+
+MAX_GIB = float(1 << 20)
+"""Largest memory size a flag takes, in GiB (1 PiB)."""
+
+
+def _number(value: str, *, low: float, allow_low: bool, high: float = math.inf) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    too_low = number < low or (number == low and not allow_low)
+    if not math.isfinite(number) or too_low or number > high:
+        bound = f"≥ {low:g}" if allow_low else f"> {low:g}"
+        upper = f" and at most {high:g}" if math.isfinite(high) else ""
+        raise argparse.ArgumentTypeError(f"expected a number {bound}{upper}, got {value!r}")
+    return number
+
+
+def gib(value: str) -> float:
+    """argparse type: a memory size in GiB, a finite number > 0 (at most 1 PiB)."""
+    return _number(value, low=0.0, allow_low=False, high=MAX_GIB)
+
+
+def positive_number(value: str) -> float:
+    """argparse type: a finite number > 0 (seconds, tok/s, Gbit/s)."""
+    return _number(value, low=0.0, allow_low=False)
+
+
+def nonnegative_number(value: str) -> float:
+    """argparse type: a finite number ≥ 0."""
+    return _number(value, low=0.0, allow_low=True)
 
 
 def add_settings_flags(p: argparse.ArgumentParser) -> None:
@@ -187,7 +222,7 @@ def add_settings_flags(p: argparse.ArgumentParser) -> None:
     )
     h.add_argument(
         "--gpu-mem",
-        type=float,
+        type=gib,
         nargs="+",
         metavar="GiB",
         default=None,
@@ -195,7 +230,7 @@ def add_settings_flags(p: argparse.ArgumentParser) -> None:
     )
     h.add_argument(
         "--ram",
-        type=float,
+        type=gib,
         metavar="GiB",
         default=None,
         help="plan for this much system RAM (default: this machine's)",

@@ -58,15 +58,21 @@ from app.predict.speed import (
 from app.settings import ALL_LAYERS, Settings, runner_defaults
 from app.units import GIB, format_bytes
 from ui.cli.commands import COMMANDS
-from ui.cli.options import hardware_from_args, load_spec
+from ui.cli.options import (
+    gib,
+    hardware_from_args,
+    load_spec,
+    nonnegative_number,
+    positive_number,
+)
 from ui.cli.output import print_table
 
 
 def _hardware_flags(p: argparse.ArgumentParser) -> None:
     h = p.add_argument_group("hardware (default: this machine)")
     h.add_argument("--profile", metavar="NAME[,NAME]", default=None, help="plan for a profile")
-    h.add_argument("--gpu-mem", type=float, nargs="+", metavar="GiB", default=None)
-    h.add_argument("--ram", type=float, metavar="GiB", default=None)
+    h.add_argument("--gpu-mem", type=gib, nargs="+", metavar="GiB", default=None)
+    h.add_argument("--ram", type=gib, metavar="GiB", default=None)
     h.add_argument("--no-calibrate", action="store_true", help="use the published ratios")
     h.add_argument("--db", metavar="FILE", help="results database to calibrate from")
 
@@ -77,8 +83,10 @@ def _plan_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ctx", type=int, metavar="N", help="context per user, tokens")
     g.add_argument("--min-ctx", type=int, default=0, metavar="N", help="never less context")
     g.add_argument("--users", type=int, default=1, metavar="N", help="parallel users")
-    g.add_argument("--min-tps", type=float, metavar="X", help="tok/s each user must get")
-    g.add_argument("--leave-free", type=float, default=0.0, metavar="GiB", help="keep free")
+    g.add_argument("--min-tps", type=positive_number, metavar="X", help="tok/s each user must get")
+    g.add_argument(
+        "--leave-free", type=nonnegative_number, default=0.0, metavar="GiB", help="keep free"
+    )
     g.add_argument(
         "--kv-types",
         default="f16,q8_0",
@@ -103,11 +111,12 @@ def _plan_flags(p: argparse.ArgumentParser) -> None:
         "'2x rtx-3090'); repeat for each; default address remoteN:50052",
     )
     n.add_argument(
-        "--link-gbps", type=float, default=DEFAULT_LINK_GBPS, metavar="X",
+        "--link-gbps", type=positive_number, default=DEFAULT_LINK_GBPS, metavar="X",
         help=f"network between the machines, Gbit/s (default {DEFAULT_LINK_GBPS:g})",
     )  # fmt: skip
     n.add_argument(
-        "--link-latency-ms", type=float, default=DEFAULT_LINK_LATENCY_S * 1000, metavar="MS",
+        "--link-latency-ms", type=nonnegative_number, default=DEFAULT_LINK_LATENCY_S * 1000,
+        metavar="MS",
         help=f"latency per transfer, ms (default {DEFAULT_LINK_LATENCY_S * 1000:g})",
     )  # fmt: skip
 
@@ -135,7 +144,8 @@ def register(sub: Any) -> None:
         help="a draft model (path or catalog:NAME, at its own quant) to budget and judge",
     )
     d.add_argument(
-        "--draft-acceptance", type=float, default=DEFAULT_DRAFT_ACCEPTANCE, metavar="A",
+        "--draft-acceptance", type=nonnegative_number, default=DEFAULT_DRAFT_ACCEPTANCE,
+        metavar="A",
         help=f"share of drafted tokens the target accepts (default {DEFAULT_DRAFT_ACCEPTANCE:g})",
     )  # fmt: skip
     r.set_defaults(handler=run_recommend)
