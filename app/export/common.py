@@ -22,6 +22,7 @@ import contextlib
 import errno
 import os
 import shutil
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -147,17 +148,27 @@ def write_text_atomic(
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise ExportError(f"{folder}: cannot create the folder: {_reason(err)}") from err
-    if not folder.is_dir():
+    try:
+        folder_ok = folder.is_dir()
+        st: os.stat_result | None = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as err:  # a name too long, a loop of links, no permission
+        raise ExportError(f"{_short(target)}: cannot write it: {_reason(err)}") from err
+    if not folder_ok:
         raise ExportError(f"{target}: the folder {folder} does not exist")
-    if target.is_dir():
+    if st is not None and stat.S_ISDIR(st.st_mode):
         raise ExportError(f"{target}: is a folder, not a file")
-    if target.exists() and not overwrite:
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        # A device (/dev/null), a pipe or a socket: replacing it would break the system.
+        raise ExportError(f"{target}: is not a regular file (a device, pipe or socket); refused")
+    if st is not None and not overwrite:
         raise ExportError(f"{target}: already exists (ask to overwrite it)")
 
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     except OSError as err:
-        raise ExportError(f"{target}: cannot write in {folder}: {_reason(err)}") from err
+        raise ExportError(f"{_short(target)}: cannot write in {folder}: {_reason(err)}") from err
     tmp = Path(tmp_name)
     try:
         try:
@@ -170,8 +181,7 @@ def write_text_atomic(
             os.close(fd)
         if overwrite:
             if backup and target.is_file():
-                saved = backup_path(target)
-                shutil.copy2(target, saved)
+                _copy_no_overwrite(target, backup_path(target))
             os.replace(tmp, target)
         else:
             _link_no_overwrite(tmp, target)
@@ -186,6 +196,27 @@ def write_text_atomic(
         _remove_quietly(tmp)
         raise
     return target
+
+
+def _copy_no_overwrite(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` whole or not at all (a full disk leaves no stub)."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        shutil.copy2(source, tmp)
+        with tmp.open("rb+") as f:
+            os.fsync(f.fileno())
+        _link_no_overwrite(tmp, target)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+
+
+def _short(path: Path, keep: int = 80) -> str:
+    """Return ``path`` shortened in the middle for a one-line message."""
+    text = str(path)
+    return text if len(text) <= keep else f"{text[: keep // 2]}…{text[-keep // 2 :]}"
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -250,4 +281,6 @@ def _reason(err: OSError) -> str:
         return "permission denied"
     if err.errno == errno.EROFS:
         return "the file system is read-only"
+    if err.errno == errno.ENAMETOOLONG:
+        return "the file name is too long for this disk"
     return err.strerror or str(err)

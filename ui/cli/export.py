@@ -91,6 +91,7 @@ def run_export(args: argparse.Namespace) -> int:
     facts: ModelFacts = model_facts(path)
     system: SystemName = args.system or _this_system()
     notes: tuple[str, ...] = ()
+    after: str | None = None
     if args.to == "ollama":
         from app.export.ollama import export_ollama
 
@@ -105,7 +106,9 @@ def run_export(args: argparse.Namespace) -> int:
         )
         if args.output:
             text = out.modelfile
-            print(out.render(system, modelfile_path=args.output), file=sys.stderr)
+            # printed once the Modelfile is written: instructions for a file that could
+            # not be written would only mislead
+            after = out.render(system, modelfile_path=args.output)
         else:
             text = out.render(system)
     elif args.to == "lmstudio":
@@ -135,6 +138,8 @@ def run_export(args: argparse.Namespace) -> int:
         text, notes = res.text, res.notes
     if args.output:
         written = write_text_atomic(args.output, text, overwrite=args.overwrite)
+        if after is not None:
+            print(after, file=sys.stderr)
         print(f"wrote {written}", file=sys.stderr)
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
