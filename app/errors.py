@@ -26,9 +26,10 @@ The tree::
     │                              "2x rtx-3090 + 64 GB DDR5" is invalid (has .path)
     ├── ModelFetchError            a demo/test model could not be fetched from PyPI
     │                              (pip failed, checksum mismatch, disk full)
-    ├── ResultsDBError             the benchmark history database cannot be used (written
-    │                              by a newer ggtune, cannot be set aside); a corrupt or
-    │                              locked one is set aside and reported, not raised
+    ├── ResultsDBError             the benchmark history database cannot be used: written
+    │                              by a newer ggtune, read-only, or in use by another
+    │                              program (never moved); a corrupt one is set aside and
+    │                              reported, not raised
     ├── QuantError                 llama.cpp would refuse to quantize a model to a file type
     ├── QualityProfileError        a quality table in profiles/quality/ is missing or bad
                                    (has .path)

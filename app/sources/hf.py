@@ -66,6 +66,7 @@ from app.model.gguf_reader import Header, ModelFile, TensorInfo
 from app.sources.remote import (
     BLOCK_BYTES,
     TIMEOUT_S,
+    check_url,
     is_url,
     open_url,
     read_body,
@@ -639,7 +640,7 @@ def read_url_model(url: str, *, cache: bool = True) -> ModelFile:
     name next to it, as for local files. Raise RemoteError or GGUFError subclasses.
     """
     assert is_url(url), f"not an http(s) URL: {url}"
-    parts = urllib.parse.urlsplit(url)
+    parts = check_url(url)
     path = parts.path
     segments = path.split("/")
     host = parts.netloc.lower()

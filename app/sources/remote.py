@@ -66,6 +66,7 @@ __all__ = [
     "MAX_BLOCK_BYTES",
     "MIN_BYTES_PER_S",
     "RemoteFile",
+    "check_url",
     "header_cache_dir",
     "is_url",
     "open_url",
@@ -144,6 +145,7 @@ def open_url(
     ``token`` is sent as ``Authorization: Bearer`` to ``url``'s host only. HTTP errors and
     network failures become :class:`~app.errors.RemoteError` subclasses naming ``url``.
     """
+    check_url(url)
     request = urllib.request.Request(url, method=method)
     request.add_header("User-Agent", USER_AGENT)
     request.add_header("Accept-Encoding", "identity")  # sizes and ranges are of the raw bytes
@@ -158,6 +160,21 @@ def open_url(
             raise http_error(url, err.code, err.headers, token_sent=bool(token)) from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
         raise _network_error(url, err, timeout_s) from None
+    except ValueError as err:  # http.client.InvalidURL: a port out of range, a bad host
+        raise RemoteNotFoundError(url, f"not a valid web address: {err}") from None
+
+
+def check_url(url: str) -> urllib.parse.SplitResult:
+    """Return ``url`` split, or raise RemoteNotFoundError when it is not a usable address
+    (``http://[::1`` with its bracket open, a port past 65535, no host)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - parses the port, raising ValueError when it is bad
+    except ValueError as err:
+        raise RemoteNotFoundError(url, f"not a valid web address: {err}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise RemoteNotFoundError(url, "not a valid web address: expected http(s)://host/…")
+    return parts
 
 
 def _network_error(url: str, err: BaseException, timeout_s: float) -> RemoteUnavailableError:
