@@ -35,6 +35,8 @@ The tree::
                                    (has .path)
     ├── CatalogError               a model catalog entry is unknown, unreadable or invalid
     │                              (has .path: the profiles/models/*.json file at fault)
+    ├── StandInError               a header stand-in could not be written or checked (no
+    │                              room, a file system without sparse files, bad header)
     ├── ExportError                settings could not be exported, written or read back
     │                              (a runner cannot express them, the target exists,
     │                              disk full, a Modelfile that Ollama would refuse)
@@ -169,6 +171,14 @@ class ModelFetchError(GGTuneError):
     """A demo or test model could not be fetched from PyPI, checked, or written to disk.
 
     Nothing is left behind: the file is either complete and checksummed, or absent.
+    """
+
+
+class StandInError(GGTuneError):
+    """A header stand-in (app/model/standin.py) could not be written or checked.
+
+    The message names the model and the cause, e.g. ``"the file system at /mnt/usb does
+    not keep sparse files (...)"``.
     """
 
 

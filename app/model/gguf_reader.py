@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import io
 import itertools
 import math
 import os
@@ -48,7 +49,7 @@ import struct
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import BinaryIO, Final, TypeVar, overload
+from typing import TYPE_CHECKING, BinaryIO, Final, TypeVar, cast, overload
 
 from app.errors import (
     GGUFError,
@@ -66,6 +67,9 @@ from app.errors import (
 )
 from app.model.ggml import GGML_TYPES, GGUFValueType
 
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
 __all__ = [
     "DEFAULT_ALIGNMENT",
     "Header",
@@ -73,6 +77,7 @@ __all__ = [
     "ModelFile",
     "TensorInfo",
     "read_header",
+    "read_header_bytes",
     "read_model",
 ]
 
@@ -303,6 +308,10 @@ class Header:
     file_size: int | None
     metadata: Mapping[str, object]
     tensors: tuple[TensorInfo, ...]
+    metadata_end: int = 0
+    """Where the tensor infos start, in bytes from the start of the GGUF (the header,
+    counts and metadata come before): a stand-in with other tensor types keeps the bytes
+    before it (app/model/standin.py)."""
 
     def get(self, key: str, default: object = None) -> object:
         """Return the value of ``key``, or ``default`` when it is absent."""
@@ -447,6 +456,47 @@ def _unreadable(path: str, err: OSError) -> UnreadableFileError:
     else:
         why = err.strerror or type(err).__name__
     return UnreadableFileError(path, None, f"cannot read the file: {why}")
+
+
+class _PrefixFile(io.RawIOBase):
+    """The first bytes of a file of ``size`` bytes: all the header reader needs of it."""
+
+    def __init__(self, data: bytes, size: int, name: str) -> None:
+        super().__init__()
+        self._data = data
+        self._size = size
+        self._pos = 0
+        self.name = name
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._size}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self._data[self._pos : self._pos + len(view)]
+        view[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+def read_header_bytes(data: bytes, size: int, name: str) -> Header:
+    """Read a GGUF header from ``data``, the first bytes of a file of ``size`` bytes.
+
+    ``name`` names the file in errors; raise :class:`~app.errors.GGUFError` (subclasses)
+    when the bytes are not a whole header.
+    """
+    return read_header(cast(BinaryIO, _PrefixFile(data, size, name)), name=name)
 
 
 def read_model(path: str | os.PathLike[str]) -> ModelFile:
@@ -879,6 +929,7 @@ class _Parser:
                 )
             alignment = value
 
+        metadata_end = cur.offset - base
         seen_names: set[str] = set()
         raw_tensors = [self.tensor_info(seen_names) for _ in range(n_tensors)]
         header_end = cur.offset
@@ -903,6 +954,7 @@ class _Parser:
             file_size=cur.end,
             metadata=metadata,
             tensors=tensors,
+            metadata_end=metadata_end,
         )
 
     def magic(self) -> None:

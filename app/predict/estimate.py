@@ -188,14 +188,41 @@ class MemoryEstimate:
     compute_known: bool = True
     """Whether the compute-buffer model is checked for this architecture (tests/agreement);
     when False the compute figure is a rough guess and only the engine's figure counts."""
+    engine_checked: tuple[str, ...] = ()
+    """Figures taken from llama.cpp's own dry run (``"kv"``, ``"recurrent"``, ``"compute"``,
+    ``"output"``) in place of the analytic ones (app/measured/engine_checked.py)."""
+
+    @property
+    def kv_exact(self) -> bool:
+        """Return whether the KV/recurrent figures agree with llama.cpp (checked or engine's)."""
+        return self.kv_status == "exact" or "kv" in self.engine_checked
+
+    @property
+    def compute_exact(self) -> bool:
+        """Return whether the compute figure is checked or the engine's."""
+        return self.compute_known or "compute" in self.engine_checked
 
     @property
     def exact(self) -> bool:
-        """Return whether every figure is known to agree with llama.cpp (no engine check needed).
+        """Return whether every figure is known to agree with llama.cpp.
 
-        Weights are always exact; KV must be ``exact`` and the compute model checked.
+        Weights are always exact; KV must be checked and so must the compute model (or
+        both be llama.cpp's own figures). Without it there is no verdict (app/predict/verdict.py).
         """
-        return self.kv_status == "exact" and self.compute_known
+        return self.kv_exact and self.compute_exact
+
+    def not_estimated(self) -> tuple[str, ...]:
+        """Return, in words, each figure that is not known to agree with llama.cpp."""
+        out = []
+        if not self.kv_exact:
+            out.append(
+                "the KV cache (no rule for this architecture)"
+                if self.kv_status == "unknown"
+                else "the KV cache (rule not yet checked against llama.cpp)"
+            )
+        if not self.compute_exact:
+            out.append("the compute buffer (not modelled for this architecture)")
+        return tuple(out)
 
     @property
     def total_bytes(self) -> int:
@@ -204,13 +231,33 @@ class MemoryEstimate:
 
     @property
     def fits(self) -> bool | None:
-        """Return False if any device overflows, None if a capacity is unknown, else True."""
+        """Return whether it fits: never True on a guess.
+
+        False when a device overflows even without the figures that are not known to be
+        right (those can only be checked, not trusted); None when a capacity is unknown or
+        a figure is not known to agree with llama.cpp (:attr:`exact`); else True.
+        """
+        for d in self.devices:
+            over = d.fits is False and d.capacity_bytes is not None
+            if over and (self.exact or self.certain_bytes(d) > (d.capacity_bytes or 0)):
+                return False
+        if not self.exact:
+            return None
         verdicts = [d.fits for d in self.devices]
         if any(v is False for v in verdicts):
             return False
         if any(v is None for v in verdicts):
             return None
         return True
+
+    def certain_bytes(self, device: DeviceEstimate) -> int:
+        """Return ``device``'s total without the figures not known to agree with llama.cpp."""
+        total = device.total_bytes
+        if not self.kv_exact:
+            total -= device.kv_bytes + device.recurrent_bytes
+        if not self.compute_exact:
+            total -= device.compute_bytes
+        return total
 
     def device(self, name: str) -> DeviceEstimate:
         """Return the device called ``name``."""

@@ -24,11 +24,13 @@ from typing import Literal
 from app.predict.estimate import DeviceEstimate, MemoryEstimate
 from app.units import DEFAULT_MARGIN_BYTES, format_bytes
 
-VerdictLevel = Literal["fits", "tight", "spills", "does_not_fit", "unknown"]
+VerdictLevel = Literal["fits", "tight", "spills", "does_not_fit", "unknown", "unverified"]
 """``fits``: every device has at least the margin left; ``tight``: fits, but some device has
 less than the margin left; ``spills``: fits, with GPUs present but some layers on the host
 (slower); ``does_not_fit``: some device is over its capacity; ``unknown``: a capacity is not
-known."""
+known; ``unverified``: a figure (KV cache, compute buffer) is not known to agree with
+llama.cpp for this model, so there is no verdict until llama.cpp's own figure is in
+(the engine check: a dry run, on a header stand-in when there is no file)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +84,10 @@ def verdict(est: MemoryEstimate, *, margin_bytes: int = DEFAULT_MARGIN_BYTES) ->
     """Return whether ``est`` fits, in plain words.
 
     ``margin_bytes`` is the room to keep free on every device (see the module doc). The
-    headline names the first thing a user must know, in this order: what does not fit,
-    what is unknown, layers spilled to system RAM, a margin not kept, and else where the
-    model fits and how much is left.
+    headline names the first thing a user must know, in this order: a figure not known
+    to agree with llama.cpp (no verdict on a guess, unless it does not fit even without
+    that figure), what does not fit, what is unknown, layers spilled to system RAM, a
+    margin not kept, and else where the model fits and how much is left.
     """
     assert margin_bytes >= 0, f"margin must be ≥ 0 bytes, got {margin_bytes}"
     devices = tuple(_device_verdict(d, margin_bytes) for d in est.devices)
@@ -108,6 +111,27 @@ def verdict(est: MemoryEstimate, *, margin_bytes: int = DEFAULT_MARGIN_BYTES) ->
                 f"{format_bytes(dv.headroom_bytes)} to spare"
             )
 
+    if not est.exact and est.fits is not False:
+        missing = _join(list(est.not_estimated()))
+        capacity = [(d, dv) for d, dv in zip(est.devices, devices, strict=True) if d.capacity_bytes]
+        without = [
+            f"{dv.label}: {format_bytes(est.certain_bytes(d))} of "
+            f"{format_bytes(d.capacity_bytes or 0)} without them"
+            for d, dv in capacity
+            if d.total_bytes
+        ]
+        return Verdict(
+            level="unverified",
+            headline=f"Not verified: {missing} — llama.cpp's own figure is needed",
+            details=(
+                "No verdict on a guess: run the engine check (Verify, or ggtune estimate "
+                "--verify) for llama.cpp's figures",
+                *without,
+            ),
+            devices=devices,
+            spilled_layers=spilled,
+            margin_bytes=margin_bytes,
+        )
     over = [dv for dv in devices if dv.headroom_bytes is not None and dv.headroom_bytes < 0]
     unknown = [dv for dv in devices if dv.headroom_bytes is None]
     tight = [dv for dv in devices if dv.within_margin is False and dv not in over]

@@ -56,7 +56,7 @@ from app.errors import (
     RemoteNotFoundError,
     RemoteUnavailableError,
 )
-from app.model.gguf_reader import Header, read_header
+from app.model.gguf_reader import Header, read_header, read_header_bytes
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -588,41 +588,9 @@ def _store_cached(key: str, folder: Path | None, data: bytes, size: int) -> None
         tmp.unlink(missing_ok=True)
 
 
-class _PrefixFile(io.RawIOBase):
-    """The first bytes of a file of ``size`` bytes: what the header reader needs of it."""
-
-    def __init__(self, data: bytes, size: int, name: str) -> None:
-        super().__init__()
-        self._data = data
-        self._size = size
-        self._pos = 0
-        self.name = name
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._size}[whence]
-        self._pos = base + offset
-        return self._pos
-
-    def readinto(self, buffer: WriteableBuffer) -> int:
-        view = memoryview(buffer).cast("B")
-        data = self._data[self._pos : self._pos + len(view)]
-        view[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
-
-
 def _parse_cached(data: bytes, size: int, name: str) -> Header | None:
     try:
-        return read_header(cast(BinaryIO, _PrefixFile(data, size, name)), name=name)
+        return read_header_bytes(data, size, name)
     except GGUFError:
         return None  # a damaged entry: read the file again
 
@@ -646,6 +614,66 @@ def read_remote_header(
     when known. Raise :class:`~app.errors.RemoteError` subclasses for network and HTTP
     problems, :class:`~app.errors.GGUFError` subclasses when the bytes are not a GGUF.
     """
+    header, _ = _read_remote(
+        url,
+        token=token,
+        content_key=content_key,
+        size=size,
+        first_block_bytes=first_block_bytes,
+        cache=cache,
+        cache_folder=cache_folder,
+        timeout_s=timeout_s,
+        want_bytes=False,
+    )
+    return header
+
+
+def read_remote_prefix(
+    url: str,
+    *,
+    token: str | None = None,
+    content_key: str | None = None,
+    size: int | None = None,
+    cache: bool = True,
+    cache_folder: Path | None = None,
+    timeout_s: float = TIMEOUT_S,
+) -> tuple[Header, bytes, int]:
+    """Return (header, its bytes up to the data offset, file size) of the file at ``url``.
+
+    The same reads (and cache) as :func:`read_remote_header`; a header read before comes
+    from the cache. The bytes make a header stand-in (app/model/standin.py).
+    """
+    header, data = _read_remote(
+        url,
+        token=token,
+        content_key=content_key,
+        size=size,
+        first_block_bytes=None,
+        cache=cache,
+        cache_folder=cache_folder,
+        timeout_s=timeout_s,
+        want_bytes=True,
+    )
+    assert data is not None
+    file_size = header.file_size if header.file_size is not None else size
+    if file_size is None:
+        raise RemoteError(url, "the server did not say how large the file is")
+    return header, data, file_size
+
+
+def _read_remote(
+    url: str,
+    *,
+    token: str | None,
+    content_key: str | None,
+    size: int | None,
+    first_block_bytes: int | None,
+    cache: bool,
+    cache_folder: Path | None,
+    timeout_s: float,
+    want_bytes: bool,
+) -> tuple[Header, bytes | None]:
+    """Read the header at ``url`` (cache first); also its bytes when ``want_bytes``."""
     key = content_key
     if cache and key is None:
         try:
@@ -667,18 +695,21 @@ def read_remote_header(
         if hit is not None:
             header = _parse_cached(hit[0], hit[1], url)
             if header is not None:
-                return header
+                return header, hit[0][: header.data_offset] if want_bytes else None
     with RemoteFile(
         url,
         token=token,
         size=size,
         first_block_bytes=first_block_bytes,
         timeout_s=timeout_s,
-        record=cache,
+        record=cache or want_bytes,
     ) as remote:
         header = read_header(cast(BinaryIO, remote), name=url)
-        if cache and header.data_offset <= _MAX_CACHED_HEADER_BYTES:
+        data = None
+        if want_bytes or (cache and header.data_offset <= _MAX_CACHED_HEADER_BYTES):
+            data = remote.prefix(header.data_offset)
+        if cache and data is not None and header.data_offset <= _MAX_CACHED_HEADER_BYTES:
             key = key or remote.etag
             if key:
-                _store_cached(key, cache_folder, remote.prefix(header.data_offset), remote.size)
-    return header
+                _store_cached(key, cache_folder, data, remote.size)
+    return header, data if want_bytes else None

@@ -6,6 +6,8 @@ Every number here is chosen so the expected text can be worked out by hand: 1 Gi
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from app.predict.estimate import DeviceEstimate, MemoryEstimate, ResolvedContext
@@ -157,3 +159,50 @@ def test_negative_margin_is_refused() -> None:
     est = memory(device("CPU", weights=GIB, capacity=8 * GIB, layers=1))
     with pytest.raises(AssertionError, match="margin"):
         verdict(est, margin_bytes=-1)
+
+
+# --- no verdict on a guess ----------------------------------------------------------------
+
+
+def test_unknown_kv_rule_gets_no_green_verdict() -> None:
+    est = dataclasses.replace(
+        memory(device("CPU", weights=4 * GIB, compute=GIB, capacity=32 * GIB, layers=30)),
+        kv_rule_known=False,
+        kv_status="unknown",
+    )
+    assert est.fits is None
+    v = verdict(est)
+    assert v.level == "unverified"
+    assert v.headline.startswith("Not verified: the KV cache (no rule for this architecture)")
+    assert "system RAM: 5.0 GiB of 32.0 GiB without them" in v.details  # weights + compute
+
+
+def test_unverified_compute_still_does_not_fit_when_weights_alone_overflow() -> None:
+    est = dataclasses.replace(
+        memory(device("CPU", weights=40 * GIB, compute=GIB, capacity=32 * GIB, layers=30)),
+        compute_known=False,
+    )
+    assert est.fits is False
+    assert verdict(est).level == "does_not_fit"
+
+
+def test_a_guessed_compute_buffer_cannot_make_it_not_fit() -> None:
+    # over capacity only because of the guessed compute figure: no verdict either way
+    est = dataclasses.replace(
+        memory(device("CPU", weights=30 * GIB, compute=3 * GIB, capacity=32 * GIB, layers=30)),
+        compute_known=False,
+    )
+    assert est.fits is None
+    assert verdict(est).level == "unverified"
+
+
+def test_engine_figures_give_a_verdict_and_say_so() -> None:
+    est = dataclasses.replace(
+        memory(device("CPU", weights=4 * GIB, kv=0, compute=GIB, capacity=32 * GIB, layers=30)),
+        kv_status="modelled",
+        compute_known=False,
+        engine_checked=("kv", "recurrent", "compute", "output"),
+    )
+    assert est.exact
+    assert est.fits is True
+    assert verdict(est).level == "fits"

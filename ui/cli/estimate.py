@@ -9,9 +9,9 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from app.errors import SettingsError
 from app.model.spec import ModelSpec
-from app.predict.estimate import MemoryEstimate, estimate
+from app.predict.estimate import DeviceEstimate, MemoryEstimate, estimate
+from app.predict.verdict import verdict
 from app.settings import Settings
 from app.units import format_bytes
 from ui.cli.commands import COMMANDS
@@ -57,7 +57,7 @@ def estimate_dict(spec: ModelSpec, settings: Settings, est: MemoryEstimate) -> d
                 "other_bytes": d.other_bytes,
                 "total_bytes": d.total_bytes,
                 "capacity_bytes": d.capacity_bytes,
-                "fits": d.fits,
+                "fits": _device_fits(est, d),
                 "n_layers": d.n_layers,
             }
             for d in est.devices
@@ -67,8 +67,20 @@ def estimate_dict(spec: ModelSpec, settings: Settings, est: MemoryEstimate) -> d
         "total_bytes": est.total_bytes,
         "fits": est.fits,
         "kv_rule_known": est.kv_rule_known,
+        "kv_status": est.kv_status,
+        "compute_known": est.compute_known,
+        "exact": est.exact,
+        "not_estimated": list(est.not_estimated()),
+        "engine_checked": list(est.engine_checked),
         "notes": list(est.notes),
     }
+
+
+def _device_fits(est: MemoryEstimate, d: DeviceEstimate) -> bool | None:
+    """Return whether ``d`` fits, never True on a guess (see MemoryEstimate.fits)."""
+    if d.fits is False and (est.exact or est.certain_bytes(d) > (d.capacity_bytes or 0)):
+        return False
+    return d.fits if est.exact else None
 
 
 _COLUMNS = (
@@ -116,6 +128,13 @@ def _print_estimate(d: dict[str, Any]) -> None:
         )
     for note in d["notes"]:
         print(f"  note: {note}")
+    if d["engine_checked"]:
+        print(f"  engine-checked (llama.cpp's dry run): {', '.join(d['engine_checked'])}")
+    elif not d["exact"]:
+        print(
+            f"  not verified: {'; '.join(d['not_estimated'])} — no verdict on a guess; "
+            "--verify runs llama.cpp's dry run (on a header stand-in if there is no file)"
+        )
 
 
 def _compare_rows(d: dict[str, Any], engine: Any) -> list[list[str]]:
@@ -156,23 +175,29 @@ def run_estimate(args: argparse.Namespace) -> int:
     est = estimate(spec, settings, hardware)
     data = estimate_dict(spec, settings, est)
     engine = None
+    analytic = data
     if args.verify:
-        from runner.dry_run import dry_run
-
-        if args.model.startswith("catalog:"):
-            raise SettingsError(
-                "--verify runs llama.cpp on the model file; a catalog entry has no weights "
-                "to load (download a GGUF of it and pass its path)"
-            )
+        from app.measured.engine_checked import with_engine_figures
+        from runner.engine_check import engine_check
 
         print("running llama.cpp's dry run…", file=sys.stderr)
-        engine = dry_run(args.model, settings)
+        result = engine_check(spec, [settings])
+        engine = result.reports[0]
         data["engine"] = engine.to_dict()
+        if result.target.stand_in is not None:
+            data["engine"]["stand_in"] = str(result.target.path)
+        checked = with_engine_figures(est, engine)
+        if checked.engine_checked:
+            data = estimate_dict(spec, settings, checked) | {"engine": data["engine"]}
+        est = checked
+    data["verdict"] = verdict(est).headline
     if args.json:
         print(json.dumps(data, indent=2))
     else:
         _print_estimate(data)
+        print(f"  verdict: {data['verdict']}")
         if engine is not None:
-            print("\nestimate vs llama.cpp (dry run, this machine):")
-            print_table(_compare_rows(data, engine))
+            where = "a header stand-in" if "stand_in" in data["engine"] else "the model file"
+            print(f"\nestimate vs llama.cpp (dry run on {where}, this machine):")
+            print_table(_compare_rows(analytic, engine))
     return 0

@@ -863,6 +863,7 @@ _LEVEL_COLORS: Final = {
     "spills": "#b26a00",
     "does_not_fit": "#c62828",
     "unknown": "#616161",
+    "unverified": "#616161",
 }
 
 
