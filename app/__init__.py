@@ -8,9 +8,10 @@ Data flows one way: GGUF bytes -> :func:`app.model.gguf_reader.read_header` ->
 The packages, lowest first (an import-linter ``layers`` contract in pyproject.toml holds
 the order: a package imports only those below it):
 
-- :mod:`app.errors`, :mod:`app.units`, :mod:`app.paths`, :mod:`app.settings`: the typed
-  errors; sizes, how sizes and speeds read, the margin and the speed depth; where data files
-  are; the run settings in llama.cpp's terms.
+- :mod:`app.errors`, :mod:`app.units`, :mod:`app.paths`, :mod:`app.state_files`,
+  :mod:`app.settings`: the typed errors; sizes, how sizes and speeds read, the margin and
+  the speed depth; where data files are; reading the small files ggtune and the runners
+  keep without trusting them; the run settings in llama.cpp's terms.
 - :mod:`app.model` and :mod:`app.hardware` (independent of each other): what a model is
   (GGUF header, spec, catalog, quant levels, quality) and what it runs on (devices,
   profiles, the probe of this machine).

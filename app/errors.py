@@ -20,6 +20,10 @@ The tree::
     │   └── InvalidMetadataError   a key the model needs is missing or has the wrong type
     ├── SplitModelError            shards of a split model are missing or do not match
     ├── ModelFileNotFoundError     the path does not exist / is not a file
+    ├── StateFileError             a small file ggtune or a runner keeps (library.json, a
+    │                              manifest, a cache, a pointer, a profile) is missing, not
+    │                              a regular file, too large, not UTF-8 or not valid
+    │                              JSON/TOML (has .path); a scan skips it and says why
     ├── UnsupportedModelError      the architecture's memory rules are unknown
     ├── SettingsError              a setting out of range (e.g. a negative context)
     ├── HardwareProfileError       a hardware profile file or a composition like
@@ -140,6 +144,23 @@ class SplitModelError(GGTuneError):
 
 class ModelFileNotFoundError(GGTuneError):
     """The given model path does not exist or is not a regular file."""
+
+
+class StateFileError(GGTuneError):
+    """A small file ggtune reads (a config, a manifest, a cache, a profile) is unusable.
+
+    ``path`` names the file, ``reason`` says what is wrong in plain words, e.g.
+    ``"~/.ollama/models/manifests/…/latest: not a regular file (a pipe, device or
+    folder); skipped"``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
+        self.path = os.fspath(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.path, self.reason))
 
 
 class UnsupportedModelError(GGTuneError):

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from app.errors import ExportError
+from app.errors import ExportError, StateFileError
 from app.export.common import ModelFacts, write_text_atomic
 from app.settings import ALL_LAYERS, CacheType, Settings
+from app.state_files import load_json, read_text
 
 __all__ = [
     "LMSTUDIO_KV_TYPES",
@@ -63,11 +64,15 @@ def default_lmstudio_home(home: Path | None = None) -> Path:
     """Return LM Studio's folder: the path in ``~/.lmstudio-home-pointer``, else ``~/.lmstudio``."""
     home = home or Path.home()
     pointer = home / ".lmstudio-home-pointer"
-    try:
-        text = pointer.read_text(encoding="utf-8").strip()
-    except OSError:
-        text = ""
-    return Path(text) if text else home / ".lmstudio"
+    text = ""
+    if os.path.lexists(pointer):
+        try:
+            text = read_text(pointer, max_bytes=4096).strip()
+        except StateFileError:
+            text = ""  # a pipe, /dev/zero, not UTF-8: LM Studio's default folder
+    if not text or "\0" in text or "\n" in text or not os.path.isabs(text):
+        return home / ".lmstudio"
+    return Path(text)
 
 
 def lmstudio_model_key(model_path: str | os.PathLike[str], models_dir: Path) -> str | None:
@@ -266,9 +271,9 @@ def write_lmstudio_config(export: LMStudioExport, *, overwrite: bool = False) ->
         if not overwrite:
             raise ExportError(f"{path}: already exists (ask to overwrite it)")
         try:
-            loaded = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            raise ExportError(f"{path}: cannot read the existing settings: {err}") from err
+            loaded = load_json(path)
+        except StateFileError as err:
+            raise ExportError(f"{path}: cannot read the existing settings: {err.reason}") from err
         if not isinstance(loaded, dict):
             raise ExportError(f"{path}: is not a JSON object; not touching it")
         document = loaded

@@ -45,7 +45,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
+from app.errors import StateFileError
 from app.hardware.devices import Device, Hardware
+from app.state_files import load_json
 from app.units import GIB, MIB
 
 if TYPE_CHECKING:
@@ -880,6 +882,37 @@ def _bandwidth_cache_file(cache_dir: Path | None) -> Path:
     return cache_dir / "hardware" / "host-bandwidth.json"
 
 
+def _cached_bandwidth(entry: object) -> BandwidthMeasurement | None:
+    """Return a cache entry as a measurement, or None when any field is not what
+    :func:`host_bandwidth` writes (null, a string, a list, 1e308 GB/s): measure again."""
+    if not isinstance(entry, dict):
+        return None
+    gb = entry.get("gb_per_s")
+    array_bytes, runs, threads = (entry.get(k) for k in ("array_bytes", "runs", "threads"))
+    measured_at, machine = entry.get("measured_at"), entry.get("machine_key")
+    if (
+        isinstance(gb, bool)
+        or not isinstance(gb, int | float)
+        or not 0 < gb < 100_000  # GB/s: HBM3e is ~5,000
+        or not _positive_int(array_bytes)
+        or not _positive_int(runs)
+        or not _positive_int(threads)
+        or not isinstance(measured_at, str)
+        or not isinstance(machine, str)
+    ):
+        return None
+    assert isinstance(array_bytes, int), "checked by _positive_int"
+    assert isinstance(runs, int), "checked by _positive_int"
+    assert isinstance(threads, int), "checked by _positive_int"
+    return BandwidthMeasurement(
+        float(gb), array_bytes, runs, threads, measured_at, machine, cached=True
+    )
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def host_bandwidth(
     host: HostInfo | None,
     *,
@@ -896,17 +929,18 @@ def host_bandwidth(
     path = _bandwidth_cache_file(cache_dir)
     key = machine_key(host)
     entries: dict[str, Any] = {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+    if os.path.lexists(path):
+        try:
+            data = load_json(path, max_bytes=1 << 20)
+        except StateFileError:
+            data = None  # measured again and written over: it is ggtune's own cache
         if isinstance(data, dict) and isinstance(data.get("machines"), dict):
             entries = data["machines"]
-    except (OSError, ValueError):
-        pass
     entry = entries.get(key)
     if entry is not None and not refresh:
-        with contextlib.suppress(TypeError, KeyError, ValueError):
-            fields = {k: entry[k] for k in BandwidthMeasurement.__dataclass_fields__}
-            return replace(BandwidthMeasurement(**fields), cached=True)
+        cached = _cached_bandwidth(entry)
+        if cached is not None:
+            return cached
     if not measure:
         return None
     gb_per_s, nbytes, rounds, threads = measure_host_bandwidth()

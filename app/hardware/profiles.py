@@ -23,15 +23,15 @@ from __future__ import annotations
 import math
 import os
 import re
-import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, Literal
 
-from app.errors import HardwareProfileError
+from app.errors import HardwareProfileError, StateFileError
 from app.hardware.devices import Device, Hardware
 from app.paths import data_dir
+from app.state_files import load_toml
 from app.units import GIB
 
 ProfileKind = Literal["gpu", "unified", "host"]
@@ -286,13 +286,9 @@ def load_profile_file(path: str | os.PathLike[str]) -> tuple[HardwareProfile, ..
     """Read and validate every profile in one TOML file."""
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise HardwareProfileError(f"cannot read: {err.strerror or err}", path=p) from None
-    except UnicodeDecodeError:
-        raise HardwareProfileError("not UTF-8 text", path=p) from None
-    except tomllib.TOMLDecodeError as err:
-        raise HardwareProfileError(f"not valid TOML: {err}", path=p) from None
+        data = load_toml(p, max_bytes=1 << 20)
+    except StateFileError as err:
+        raise HardwareProfileError(err.reason, path=p) from None
     extra = set(data) - {"profile"}
     if extra:
         raise HardwareProfileError(
@@ -310,6 +306,9 @@ class ProfileSet:
 
     profiles: Mapping[str, HardwareProfile]
     aliases: Mapping[str, str]
+    issues: tuple[HardwareProfileError, ...] = ()
+    """The user's profile files that were skipped because they are broken (each names its
+    file); the built-in profiles and the user's good files still load."""
 
     def get(self, name: str) -> HardwareProfile:
         """Return the profile with this id or alias (case-insensitive), or raise."""
@@ -318,8 +317,13 @@ class ProfileSet:
         if pid is None:
             close = [p for p in self.profiles if key and (key in p or p in key)][:5]
             hint = f"; did you mean {', '.join(close)}?" if close else ""
+            skipped = (
+                f"; {len(self.issues)} of your profile files could not be read ({self.issues[0]})"
+                if self.issues
+                else ""
+            )
             raise HardwareProfileError(
-                f"no hardware profile {name!r}{hint} (ggtune hw --profiles lists them)"
+                f"no hardware profile {name!r}{hint} (ggtune hw --profiles lists them){skipped}"
             )
         return self.profiles[pid]
 
@@ -335,18 +339,31 @@ def load_profiles(
 ) -> ProfileSet:
     """Load every ``*.toml`` profile from ``dirs`` (default: built-in, then the user's).
 
-    An id or alias defined twice is an error naming both files.
+    An id or alias defined twice is an error naming both files. With ``dirs`` given every
+    bad file raises :class:`~app.errors.HardwareProfileError`; by default a broken file in
+    the user's folder is skipped and kept in :attr:`ProfileSet.issues`, so one bad file
+    does not take every other profile with it.
     """
     folders = [Path(d) for d in dirs] if dirs is not None else [builtin_profiles_dir()]
+    lenient: Path | None = None
     if dirs is None and include_user:
-        folders.append(user_profiles_dir())
+        lenient = user_profiles_dir()
+        folders.append(lenient)
     profiles: dict[str, HardwareProfile] = {}
     aliases: dict[str, str] = {}
+    issues: list[HardwareProfileError] = []
     for folder in folders:
         if not folder.is_dir():
             continue
         for path in sorted(folder.glob("*.toml")):
-            for prof in load_profile_file(path):
+            try:
+                found = load_profile_file(path)
+            except HardwareProfileError as err:
+                if folder != lenient:
+                    raise
+                issues.append(err)
+                continue
+            for prof in found:
                 for key in (prof.id, *prof.aliases):
                     owner = profiles.get(key) or profiles.get(aliases.get(key, ""))
                     if owner is not None:
@@ -357,7 +374,7 @@ def load_profiles(
                         )
                 profiles[prof.id] = prof
                 aliases.update(dict.fromkeys(prof.aliases, prof.id))
-    return ProfileSet(profiles, aliases)
+    return ProfileSet(profiles, aliases, tuple(issues))
 
 
 def apple_profile(
@@ -376,15 +393,21 @@ def apple_profile(
 
 # --- composition -----------------------------------------------------------------------
 
+_MAX_GIB: Final = float(1 << 20)
+
+MAX_GPUS: Final = 16
+"""Most GPUs a composition may hold: llama.cpp splits a model over at most
+``llama_max_devices()`` = 16 devices (src/llama.cpp)."""
+
 _THIS: Final = {"this", "this-machine", "this machine", "local", "here"}
 _SIZE_RE: Final = re.compile(r"^(\d+(?:\.\d+)?)\s*(gb|gib|g)\b\s*(.*)$", re.IGNORECASE)
-_COUNT_RE: Final = re.compile(r"^(\d+)\s*[x×*]\s*(.+)$", re.IGNORECASE)
+_COUNT_RE: Final = re.compile(r"^(\d{1,6})\s*[x×*]\s*(.+)$", re.IGNORECASE)
 _OVERRIDE_RE: Final = re.compile(r"^(.+?):\s*(\d+(?:\.\d+)?)\s*(gb|gib|g)?$", re.IGNORECASE)
 
 
 def _parse_gib(text: str) -> float:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(gb|gib|g)?", text.strip(), re.IGNORECASE)
-    if m is None or float(m.group(1)) <= 0:
+    if m is None or not 0 < float(m.group(1)) <= _MAX_GIB:
         raise HardwareProfileError(f"expected a memory size like 64GB, got {text!r}")
     return float(m.group(1))
 
@@ -421,7 +444,12 @@ def compose(
             )
         host, host_term = device, term
 
-    def add_gpu(prof: HardwareProfile) -> None:
+    def add_gpu(prof: HardwareProfile, term: str) -> None:
+        if len(gpus) >= MAX_GPUS:
+            raise HardwareProfileError(
+                f"{term!r}: more than {MAX_GPUS} GPUs in all; llama.cpp splits a model over "
+                f"at most {MAX_GPUS} devices"
+            )
         index = counters.get(prof.backend, 0)
         counters[prof.backend] = index + 1
         gpus.append(prof.gpu_device(f"{prof.backend}{index}"))
@@ -440,8 +468,8 @@ def compose(
         size = _SIZE_RE.match(term)
         if size is not None:
             gib = float(size.group(1))
-            if gib <= 0:
-                raise HardwareProfileError(f"{term!r}: memory must be > 0")
+            if not 0 < gib <= _MAX_GIB:
+                raise HardwareProfileError(f"{term!r}: memory must be > 0 and at most 1 PiB")
             rest = size.group(3).strip()
             if not rest:
                 ram = round(gib * GIB)
@@ -477,10 +505,10 @@ def compose(
             if count != 1:
                 raise HardwareProfileError(f"{term!r}: {prof.id} is a whole machine; give one")
             set_host(prof.host_device(), term)
-            add_gpu(prof)
+            add_gpu(prof, term)
         else:
             for _ in range(count):
-                add_gpu(prof)
+                add_gpu(prof, term)
     if host is None:
         host = default_host if default_host is not None else Device("CPU", "host")
     return Hardware(host=host, gpus=tuple(gpus))

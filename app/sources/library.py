@@ -44,8 +44,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
-from app.errors import GGTuneError
+from app.errors import GGTuneError, StateFileError
 from app.sources.ollama_api import RunningModel
+from app.state_files import load_json
 
 if TYPE_CHECKING:
     from app.hardware.devices import Hardware
@@ -169,23 +170,37 @@ def library_config_path() -> Path:
     return Path(platformdirs.user_config_dir("ggtune", appauthor=False)) / "library.json"
 
 
-def user_folders(config_path: Path | None = None) -> tuple[Path, ...]:
-    """Return the folders the user added (none when the file is missing or unreadable)."""
+def user_folders(config_path: Path | None = None, *, strict: bool = False) -> tuple[Path, ...]:
+    """Return the folders the user added, absolute paths only.
+
+    A missing file means none. A file that cannot be used (not JSON, not a regular file,
+    nested too deep) means none too, unless ``strict``: then it raises
+    :class:`~app.errors.StateFileError`, so a change never writes over it. Entries that are
+    not absolute paths (``""`` would scan the current folder) are left out.
+    """
     path = config_path or library_config_path()
+    if not os.path.lexists(path):
+        return ()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = load_json(path, max_bytes=1 << 20)
+    except StateFileError:
+        if strict:
+            raise
         return ()
     folders = data.get("folders") if isinstance(data, dict) else None
     if not isinstance(folders, list):
+        if strict:
+            raise StateFileError(path, 'not a library file (no "folders" list)')
         return ()
-    return tuple(Path(f) for f in folders if isinstance(f, str))
+    return tuple(Path(f) for f in folders if isinstance(f, str) and f.strip() and os.path.isabs(f))
 
 
 def add_folder(folder: str | os.PathLike[str], config_path: Path | None = None) -> Path:
     """Add ``folder`` to the library's folders (stored atomically); return it, absolute.
 
-    Raise :class:`~app.errors.GGTuneError` if it is not an existing folder.
+    Raise :class:`~app.errors.GGTuneError` if it is not an existing folder, and
+    :class:`~app.errors.StateFileError` if the library file exists but cannot be read
+    (it is left as it is, with the user's folders in it).
     """
     from app.export.common import write_text_atomic
 
@@ -193,7 +208,12 @@ def add_folder(folder: str | os.PathLike[str], config_path: Path | None = None) 
     if not target.is_dir():
         raise GGTuneError(f"{folder}: not a folder")
     path = config_path or library_config_path()
-    current = [str(p) for p in user_folders(path)]
+    try:
+        current = [str(p) for p in user_folders(path, strict=True)]
+    except StateFileError as err:
+        raise StateFileError(
+            err.path, f"{err.reason}; it was left as it is: fix or remove it, then add again"
+        ) from None
     if str(target) not in current:
         current.append(str(target))
     text = json.dumps({"folders": current}, indent=2) + "\n"
@@ -225,15 +245,19 @@ class HeaderCache:
         self._entries: dict[str, dict[str, object]] = {}
         self._dirty = False
         self.reads = 0  # headers actually read from model files (for tests and stats)
-        if path is not None:
+        if path is not None and os.path.lexists(path):
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                if isinstance(data, dict) and data.get("version") == _CACHE_VERSION:
-                    entries = data.get("entries")
-                    if isinstance(entries, dict):
-                        self._entries = entries
-            except (OSError, ValueError):
-                pass
+                data = load_json(path, max_bytes=64 << 20)
+            except StateFileError:
+                data = None  # a damaged cache only costs time: headers are read again
+            if isinstance(data, dict) and data.get("version") == _CACHE_VERSION:
+                entries = data.get("entries")
+                if isinstance(entries, dict):
+                    self._entries = {
+                        k: v
+                        for k, v in entries.items()
+                        if isinstance(k, str) and isinstance(v, dict)
+                    }
 
     @staticmethod
     def default_path() -> Path:
@@ -434,12 +458,9 @@ def _ollama_display_name(registry: str, namespace: str, model: str, tag: str) ->
 
 def _ollama_model_blob(scan: _Scan, manifest: Path, models: Path) -> Path | None:
     try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
-    except OSError as err:
-        scan.issue(manifest, f"cannot read the manifest: {err.strerror or err}")
-        return None
-    except ValueError as err:
-        scan.issue(manifest, f"broken manifest (not JSON): {err}")
+        data = load_json(manifest, max_bytes=1 << 20)
+    except StateFileError as err:
+        scan.issue(manifest, f"broken manifest: {err.reason}")
         return None
     layers = data.get("layers") if isinstance(data, dict) else None
     if not isinstance(layers, list):

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
 from typing import Any
 
 from app.errors import EngineError, HardwareProfileError
 from app.hardware.devices import Hardware
 from app.hardware.probe import HardwareReport, detect
-from app.hardware.profiles import compose, load_profiles
+from app.hardware.profiles import ProfileSet, compose, load_profiles
 from app.units import format_bytes
 from ui.cli.commands import COMMANDS
+from ui.cli.options import EXIT_USAGE
 
 
 def hardware_from_profile(text: str, here: Hardware, *, gpu_mem_given: bool = False) -> Hardware:
@@ -101,7 +103,7 @@ def hw_dict(report: HardwareReport, engine: dict[str, Any] | None) -> dict[str, 
     }
 
 
-def profiles_dict() -> list[dict[str, Any]]:
+def profiles_dict(profiles: ProfileSet | None = None) -> list[dict[str, Any]]:
     """Return every profile (built-in and the user's) as plain data."""
     return [
         {
@@ -116,7 +118,7 @@ def profiles_dict() -> list[dict[str, Any]]:
             "fp16_tflops": asdict(p.fp16_tflops),
             "file": p.path,
         }
-        for p in load_profiles()
+        for p in (profiles if profiles is not None else load_profiles())
     ]
 
 
@@ -240,12 +242,15 @@ def _print_profiles(rows: list[dict[str, Any]]) -> None:
 def run_hw(args: argparse.Namespace) -> int:
     """Run ``ggtune hw``; return the exit code."""
     if args.profiles:
-        rows = profiles_dict()
+        profiles = load_profiles()
+        rows = profiles_dict(profiles)
         if args.json:
             print(json.dumps(rows, indent=2))
         else:
             _print_profiles(rows)
-        return 0
+        for issue in profiles.issues:  # the good ones are listed; the broken ones named
+            print(f"ggtune: skipped {issue}", file=sys.stderr)
+        return EXIT_USAGE if profiles.issues else 0
     if args.profile:
         from app.hardware.probe import local_hardware
 
