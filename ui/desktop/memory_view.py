@@ -74,6 +74,7 @@ from app.predict.speed import SpeedFactors, SpeedPrediction, predict_speed
 from app.predict.verdict import device_label
 from app.settings import Settings
 from app.units import format_bytes, format_mib, format_tps, speed_depth
+from ui.desktop.engine_check import EngineCheckController, EngineChecked, state_key
 from ui.desktop.estimate_controller import EstimateController, EstimateState
 from ui.desktop.hardware import HardwareChoice
 from ui.desktop.jobs import run_job
@@ -889,6 +890,11 @@ class MemoryPanel(QWidget):
         self.details_label.setWordWrap(True)
         self.details_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.details_label)
+        self.engine_label = QLabel()
+        self.engine_label.setWordWrap(True)
+        self.engine_label.setAccessibleName("Engine check")
+        self.engine_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.engine_label)
         self.speed_label = QLabel()
         self.speed_label.setWordWrap(True)
         self.speed_label.setAccessibleName("Predicted speed")
@@ -920,6 +926,11 @@ class MemoryPanel(QWidget):
         layout.addStretch(1)
         controller.state_changed.connect(self._on_controller_state_changed)
         self._on_controller_state_changed(controller.state)
+        # estimates not known to agree with llama.cpp get its own figures in the background
+        self.engine = EngineCheckController(controller, self)
+        self.engine.checking.connect(self._on_engine_checking)
+        self.engine.checked.connect(self._on_engine_checked)
+        self.engine.failed.connect(self._on_engine_failed)
         self.speed = SpeedController(controller, self)
         self.speed.speed_changed.connect(self._on_speed_changed)
 
@@ -944,8 +955,31 @@ class MemoryPanel(QWidget):
         est = state.estimate
         if v is None or est is None:
             return
+        engine = getattr(self, "engine", None)  # created after the first state
+        checked = engine.result if engine is not None else None
+        if checked is not None and checked.key == state_key(state):
+            v = checked.verdict  # llama.cpp's figures for exactly these settings
         self._show_verdict(v.level, v.headline, v.details)
         self.resolved_label.setText(resolved_text(est, state.hardware.label))
+
+    def _on_engine_checking(self, busy: bool) -> None:
+        if busy:
+            self.engine_label.setText(
+                "Not every figure is known to agree with llama.cpp for this model: "
+                "checking with llama.cpp's dry run…"
+            )
+        elif self.engine.result is None:
+            self.engine_label.setText("")
+
+    def _on_engine_checked(self, checked: EngineChecked | None) -> None:
+        if checked is None:
+            return
+        v = checked.verdict
+        self._show_verdict(v.level, v.headline, v.details)
+        self.engine_label.setText(checked.describe())
+
+    def _on_engine_failed(self, message: str) -> None:
+        self.engine_label.setText(message)
 
     def _show_verdict(self, level: str, headline: str, details: tuple[str, ...]) -> None:
         color = _LEVEL_COLORS.get(level, "#616161")
