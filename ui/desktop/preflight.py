@@ -120,38 +120,47 @@ _PLATFORM_TITLES = {"xcb": "X11 plugin (xcb)", "wayland": "Wayland plugin"}
 def elf_needed(path: Path) -> list[str]:
     """Return the ``DT_NEEDED`` entries (sonames) of the ELF shared object at ``path``.
 
-    Reads the dynamic section through the section headers, as ``readelf -d`` does; raises
-    ``ValueError`` for a file that is not ELF or has no dynamic section.
+    Reads the dynamic section through the section headers, as ``readelf -d`` does, and only
+    those bytes (libicudata alone is 30 MiB); raises ``ValueError`` for a file that is not
+    ELF or has no dynamic section.
     """
-    data = path.read_bytes()
-    if data[:4] != b"\x7fELF":
-        raise ValueError(f"{path} is not an ELF file")
-    is64 = data[4] == 2
-    end = "<" if data[5] == 1 else ">"
-    if is64:
-        (shoff,) = struct.unpack_from(end + "Q", data, 0x28)
-        shentsize, shnum = struct.unpack_from(end + "HH", data, 0x3A)
-        section, dyn_entry = end + "IIQQQQIIQQ", end + "qQ"
-    else:
-        (shoff,) = struct.unpack_from(end + "I", data, 0x20)
-        shentsize, shnum = struct.unpack_from(end + "HH", data, 0x2E)
-        section, dyn_entry = end + "IIIIIIIIII", end + "iI"
-    headers = [struct.unpack_from(section, data, shoff + i * shentsize) for i in range(shnum)]
-    for header in headers:
-        if header[1] != 6:  # SHT_DYNAMIC
-            continue
-        offset, size, link = header[4], header[5], header[6]
-        strtab_offset = headers[link][4]
-        step = struct.calcsize(dyn_entry)
-        needed = []
-        for pos in range(offset, offset + size, step):
-            tag, value = struct.unpack_from(dyn_entry, data, pos)
-            if tag == 0:  # DT_NULL
-                break
-            if tag == 1:  # DT_NEEDED
-                stop = data.index(b"\0", strtab_offset + value)
-                needed.append(data[strtab_offset + value : stop].decode())
-        return needed
+    with path.open("rb") as handle:
+
+        def read(offset: int, size: int) -> bytes:
+            handle.seek(offset)
+            data = handle.read(size)
+            if len(data) != size:
+                raise ValueError(f"{path} is truncated")
+            return data
+
+        ident = read(0, 64)
+        if ident[:4] != b"\x7fELF":
+            raise ValueError(f"{path} is not an ELF file")
+        is64 = ident[4] == 2
+        end = "<" if ident[5] == 1 else ">"
+        if is64:
+            (shoff,) = struct.unpack_from(end + "Q", ident, 0x28)
+            shentsize, shnum = struct.unpack_from(end + "HH", ident, 0x3A)
+            section, dyn_entry = end + "IIQQQQIIQQ", end + "qQ"
+        else:
+            (shoff,) = struct.unpack_from(end + "I", ident, 0x20)
+            shentsize, shnum = struct.unpack_from(end + "HH", ident, 0x2E)
+            section, dyn_entry = end + "IIIIIIIIII", end + "iI"
+        table = read(shoff, shentsize * shnum)
+        headers = [struct.unpack_from(section, table, i * shentsize) for i in range(shnum)]
+        for header in headers:
+            if header[1] != 6:  # SHT_DYNAMIC
+                continue
+            dynamic = read(header[4], header[5])
+            strtab = headers[header[6]]
+            strings = read(strtab[4], strtab[5])
+            needed = []
+            for tag, value in struct.iter_unpack(dyn_entry, dynamic):
+                if tag == 0:  # DT_NULL
+                    break
+                if tag == 1:  # DT_NEEDED
+                    needed.append(strings[value : strings.index(b"\0", value)].decode())
+            return needed
     raise ValueError(f"{path} has no dynamic section")
 
 
