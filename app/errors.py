@@ -6,34 +6,44 @@ catch that one class and show ``str(err)``, which is always one readable line.
 The tree::
 
     GGTuneError
-    ├── GGUFError                  a model file could not be read (has .path and .offset)
-    │   ├── UnreadableFileError    the file exists but cannot be read (permission, I/O)
-    │   ├── NotGGUFError           the magic is not "GGUF"
-    │   ├── UnsupportedVersionError  GGUF version other than 2 or 3
-    │   ├── TruncatedError         the file ends inside a structure
-    │   ├── LimitExceededError     a count or length larger than the file could hold, or
-    │   │                          a header past what any real model needs (64 MiB,
-    │   │                          65,536 tensors or keys)
-    │   ├── UnknownValueTypeError  a metadata value type outside the GGUF spec
-    │   ├── UnknownTensorTypeError a ggml tensor type this build does not know
-    │   ├── InvalidTensorDataError tensor data out of the file, misaligned or overlapping
-    │   └── InvalidMetadataError   a key the model needs is missing or has the wrong type
-    ├── SplitModelError            shards of a split model are missing or do not match
-    ├── ModelFileNotFoundError     the path does not exist / is not a file
-    ├── StateFileError             a small file ggtune or a runner keeps (library.json, a
-    │                              manifest, a cache, a pointer, a profile) is missing, not
-    │                              a regular file, too large, not UTF-8 or not valid
-    │                              JSON/TOML (has .path); a scan skips it and says why
-    ├── UnsupportedModelError      the architecture's memory rules are unknown
-    ├── SettingsError              a setting out of range (e.g. a negative context)
-    ├── HardwareProfileError       a hardware profile file or a composition like
-    │                              "2x rtx-3090 + 64 GB DDR5" is invalid (has .path)
-    ├── ModelFetchError            a demo/test model could not be fetched from PyPI
-    │                              (pip failed, checksum mismatch, disk full)
-    ├── ResultsDBError             the benchmark history database cannot be used: written
+    ├── PathError                  about one file: .path names it (None when no file is
+    │   │                          at fault), .message says what; str() is "path: message"
+    │   ├── GGUFError              a model file could not be read (also has .offset)
+    │   │   ├── UnreadableFileError    the file exists but cannot be read (permission, I/O)
+    │   │   ├── NotGGUFError           the magic is not "GGUF"
+    │   │   ├── UnsupportedVersionError  GGUF version other than 2 or 3
+    │   │   ├── TruncatedError         the file ends inside a structure
+    │   │   ├── LimitExceededError     a count or length larger than the file could hold,
+    │   │   │                          or a header past what any real model needs (64 MiB,
+    │   │   │                          65,536 tensors or keys)
+    │   │   ├── UnknownValueTypeError  a metadata value type outside the GGUF spec
+    │   │   ├── UnknownTensorTypeError a ggml tensor type this build does not know
+    │   │   ├── InvalidTensorDataError tensor data out of the file, misaligned or overlapping
+    │   │   └── InvalidMetadataError   a key the model needs is missing or has the wrong type
+    │   ├── ModelFileNotFoundError the path does not exist / is not a file
+    │   ├── ModelOpenError         a model file could not be opened (an OSError)
+    │   ├── HardwareProfileError   a hardware profile file or a composition like
+    │   │                          "2x rtx-3090 + 64 GB DDR5" is invalid (no path)
+    │   ├── CatalogError           a model catalog entry is unknown, unreadable or invalid
+    │   │                          (the profiles/models/*.json file at fault)
+    │   ├── QualityProfileError    a quality table in profiles/quality/ is missing or bad
+    │   ├── StateFileError         a small file ggtune or a runner keeps (library.json, a
+    │   │                          manifest, a cache, a pointer, a profile) is missing, not
+    │   │                          a regular file, too large, not UTF-8 or not valid
+    │   │                          JSON/TOML; a scan skips it and says why
+    │   └── ResultsDBError         the benchmark history database cannot be used: written
     │                              by a newer ggtune, read-only, or in use by another
     │                              program (never moved); a corrupt one is set aside and
     │                              reported, not raised
+    ├── SplitModelError            shards of a split model are missing or do not match
+    ├── StandInError               a header stand-in (app/model/standin.py) could not be
+    │                              written or checked
+    ├── UnsupportedModelError      the architecture's memory rules are unknown
+    ├── SettingsError              a setting out of range (e.g. a negative context)
+    ├── PlanError                  the planner was asked what it cannot answer (no quant,
+    │                              a bad goal)
+    ├── ModelFetchError            a demo/test model could not be fetched from PyPI
+    │                              (pip failed, checksum mismatch, disk full)
     ├── QuantError                 llama.cpp would refuse to quantize a model to a file type
     ├── QualityProfileError        a quality table in profiles/quality/ is missing or bad
                                    (has .path)
@@ -41,6 +51,8 @@ The tree::
     │                              (has .path: the profiles/models/*.json file at fault)
     ├── StandInError               a header stand-in could not be written or checked (no
     │                              room, a file system without sparse files, bad header)
+
+
     ├── ExportError                settings could not be exported, written or read back
     │                              (a runner cannot express them, the target exists,
     │                              disk full, a Modelfile that Ollama would refuse)
@@ -63,6 +75,11 @@ The tree::
         ├── EngineCancelledError   cancelled by the user; the child was killed
         └── EngineUnsupportedError a setting the engine bindings cannot express
 
+Every error survives pickling with its type, its message and its fields (the runner's
+child process sends them to the parent; the desktop's job pool hands them between
+threads): :meth:`GGTuneError.__reduce__` rebuilds the object field by field, whatever its
+constructor takes.
+
 Example::
 
     try:
@@ -81,25 +98,51 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import Any
+
+
+def _rebuild(cls: type[GGTuneError], args: tuple[object, ...], state: dict[str, Any]) -> Any:
+    """Unpickle an error: the same type, ``args`` and fields, without calling __init__."""
+    err = cls.__new__(cls)
+    err.args = args
+    err.__dict__.update(state)
+    return err
 
 
 class GGTuneError(Exception):
     """Base of every error a user can cause; ``str()`` is one readable line."""
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Any constructor shape: the fields travel as they are (keyword-only ones too).
+        return (_rebuild, (type(self), self.args, self.__dict__))
 
-class GGUFError(GGTuneError):
+
+class PathError(GGTuneError):
+    """An error about one file: ``path`` names it (None when no file is at fault, e.g. a
+    profile composition typed by the user), ``message`` says what is wrong with it.
+
+    ``str(err)`` is ``"path: message"``, or the message alone without a path.
+    """
+
+    def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = None if path is None else os.fspath(path)
+        self.message = message
+        super().__init__(f"{self.path}: {message}" if self.path else message)
+
+
+class GGUFError(PathError):
     """A GGUF file could not be read.
 
     ``path`` names the file (or the file object's ``name``), ``offset`` the byte where the
-    problem was found (``None`` when it is not about one place).
+    problem was found (``None`` when it is not about one place). The reader raises these
+    hundreds of times over, so the constructor is positional: ``(path, offset, message)``.
     """
 
     def __init__(self, path: str | os.PathLike[str], offset: int | None, message: str) -> None:
-        self.path = os.fspath(path)
+        where = f"at byte {offset} " if offset is not None else ""
+        super().__init__(where + message, path=path)
         self.offset = offset
         self.message = message
-        where = f" at byte {offset}" if offset is not None else ""
-        super().__init__(f"{self.path}:{where} {message}" if where else f"{self.path}: {message}")
 
 
 class UnreadableFileError(GGUFError):
@@ -142,25 +185,21 @@ class SplitModelError(GGTuneError):
     """Shards of a split model are missing, duplicated, or do not belong together."""
 
 
-class ModelFileNotFoundError(GGTuneError):
+class ModelFileNotFoundError(PathError):
     """The given model path does not exist or is not a regular file."""
 
 
-class StateFileError(GGTuneError):
+class StateFileError(PathError):
     """A small file ggtune reads (a config, a manifest, a cache, a profile) is unusable.
 
-    ``path`` names the file, ``reason`` says what is wrong in plain words, e.g.
+    ``path`` names the file, ``message`` says what is wrong in plain words, e.g.
     ``"~/.ollama/models/manifests/…/latest: not a regular file (a pipe, device or
     folder); skipped"``.
     """
 
-    def __init__(self, path: str | os.PathLike[str], reason: str) -> None:
-        self.path = os.fspath(path)
-        self.reason = reason
-        super().__init__(f"{self.path}: {reason}")
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.path, self.reason))
+class ModelOpenError(PathError):
+    """A model file could not be opened for a reason outside the GGUF checks (an OSError)."""
 
 
 class UnsupportedModelError(GGTuneError):
@@ -171,21 +210,17 @@ class SettingsError(GGTuneError):
     """A setting is out of range or contradicts another setting."""
 
 
-class HardwareProfileError(GGTuneError):
+class PlanError(GGTuneError):
+    """The planner was asked something it cannot answer (no quant, bad goal)."""
+
+
+class HardwareProfileError(PathError):
     """A hardware profile file, or a composition of profiles, is invalid.
 
     ``path`` names the file (``None`` for a composition typed by the user); the message
     says which profile and which field, e.g. ``"~/.config/ggtune/profiles/my.toml:
     profile 'box' (#1): bandwidth_gb_per_s.value must be a number > 0, got -1"``.
     """
-
-    def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None) -> None:
-        self.path = None if path is None else os.fspath(path)
-        self.message = message
-        super().__init__(f"{self.path}: {message}" if self.path else message)
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.message,), self.__dict__)
 
 
 class ModelFetchError(GGTuneError):
@@ -203,22 +238,13 @@ class StandInError(GGTuneError):
     """
 
 
-class CatalogError(GGTuneError):
+class CatalogError(PathError):
     """A model catalog entry is unknown, cannot be read, or does not describe a model.
 
     ``path`` names the entry's file (``None`` when no file was found); the message says
     which field, e.g. ``"profiles/models/qwen3-8b.json: metadata lacks
     qwen3.embedding_length"``.
     """
-
-    def __init__(self, message: str, path: str | os.PathLike[str] | None = None) -> None:
-        self.path = None if path is None else os.fspath(path)
-        self.message = message
-        super().__init__(f"{self.path}: {message}" if self.path else message)
-
-    def __reduce__(self) -> tuple[object, ...]:
-        # Keep the path when the error crosses a process boundary.
-        return (type(self), (self.message, self.path))
 
 
 class ExportError(GGTuneError):
@@ -244,9 +270,6 @@ class RemoteError(GGTuneError):
         self.status = status
         self.message = message
         super().__init__(f"{url}: {message}")
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.url, self.message), self.__dict__)
 
 
 class RemoteUnavailableError(RemoteError):
@@ -292,15 +315,11 @@ class DownloadCancelledError(DownloadError):
     """The download was cancelled; the partial file is kept so a later call resumes."""
 
 
-class ResultsDBError(GGTuneError):
+class ResultsDBError(PathError):
     """The benchmark results database cannot be opened, set aside, or written.
 
     ``path`` names the database file.
     """
-
-    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
-        self.path = os.fspath(path)
-        super().__init__(f"{self.path}: {message}")
 
 
 class EngineError(GGTuneError):
@@ -328,10 +347,6 @@ class EngineError(GGTuneError):
         self.signal = signal
         super().__init__(self.cause)
 
-    def __reduce__(self) -> tuple[object, ...]:
-        # Keep the keyword-only fields when the error crosses a process boundary.
-        return (type(self), (self.cause,), self.__dict__)
-
 
 class EngineCrashedError(EngineError):
     """The child process died inside llama.cpp: an abort, a segfault, or a kill (OOM)."""
@@ -357,12 +372,5 @@ class QuantError(GGTuneError):
     """llama.cpp would refuse to quantize this model to this file type (not for imatrix)."""
 
 
-class QualityProfileError(GGTuneError):
-    """A quality table in ``profiles/quality/`` is missing or malformed (has ``.path``)."""
-
-    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
-        self.path = os.fspath(path)
-        super().__init__(f"{self.path}: {message}")
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.path, str(self)[len(self.path) + 2 :]))
+class QualityProfileError(PathError):
+    """A quality table in ``profiles/quality/`` is missing or malformed."""

@@ -54,15 +54,17 @@ def read_bytes(path: str | os.PathLike[str], *, max_bytes: int = MAX_STATE_BYTES
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
-        raise StateFileError(path, "no such file") from None
+        raise StateFileError("no such file", path=path) from None
     except OSError as err:
-        raise StateFileError(path, f"cannot read it: {err.strerror or err}") from None
+        raise StateFileError(f"cannot read it: {err.strerror or err}", path=path) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise StateFileError(path, "not a regular file (a pipe, device or folder); skipped")
+            raise StateFileError(
+                "not a regular file (a pipe, device or folder); skipped", path=path
+            )
         if st.st_size > max_bytes:
-            raise StateFileError(path, f"larger than {max_bytes >> 10} KiB; skipped")
+            raise StateFileError(f"larger than {max_bytes >> 10} KiB; skipped", path=path)
         parts: list[bytes] = []
         got = 0
         while got <= max_bytes:
@@ -72,10 +74,10 @@ def read_bytes(path: str | os.PathLike[str], *, max_bytes: int = MAX_STATE_BYTES
             parts.append(chunk)
             got += len(chunk)
         if got > max_bytes:  # grew while being read
-            raise StateFileError(path, f"larger than {max_bytes >> 10} KiB; skipped")
+            raise StateFileError(f"larger than {max_bytes >> 10} KiB; skipped", path=path)
         return b"".join(parts)
     except OSError as err:
-        raise StateFileError(path, f"cannot read it: {err.strerror or err}") from None
+        raise StateFileError(f"cannot read it: {err.strerror or err}", path=path) from None
     finally:
         os.close(fd)
 
@@ -86,7 +88,7 @@ def read_text(path: str | os.PathLike[str], *, max_bytes: int = MAX_STATE_BYTES)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise StateFileError(path, "not UTF-8 text") from None
+        raise StateFileError("not UTF-8 text", path=path) from None
 
 
 def _check_depth(path: str | os.PathLike[str], text: str, max_depth: int) -> None:
@@ -96,7 +98,7 @@ def _check_depth(path: str | os.PathLike[str], text: str, max_depth: int) -> Non
         if m.group() in "[{":
             depth += 1
             if depth > max_depth:
-                raise StateFileError(path, f"nested deeper than {max_depth} levels; skipped")
+                raise StateFileError(f"nested deeper than {max_depth} levels; skipped", path=path)
         else:
             depth -= 1
 
@@ -113,7 +115,7 @@ def load_json(
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as err:
-        raise StateFileError(path, f"not valid JSON ({_short(err)})") from None
+        raise StateFileError(f"not valid JSON ({_short(err)})", path=path) from None
 
 
 def load_toml(
@@ -128,7 +130,7 @@ def load_toml(
     try:
         return tomllib.loads(text)
     except (tomllib.TOMLDecodeError, RecursionError) as err:
-        raise StateFileError(path, f"not valid TOML ({_short(err)})") from None
+        raise StateFileError(f"not valid TOML ({_short(err)})", path=path) from None
 
 
 def _short(err: BaseException) -> str:

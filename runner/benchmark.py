@@ -523,7 +523,7 @@ class Benchmark:
         on_progress: Callable[[BenchProgress], None] | None = None,
     ) -> None:
         if not os.path.isfile(model_path):
-            raise ModelFileNotFoundError(f"{os.fspath(model_path)}: no such model file")
+            raise ModelFileNotFoundError("no such model file", path=model_path)
         if len(settings.tensor_split) > MAX_DEVICES:
             raise EngineUnsupportedError(
                 f"tensor split has {len(settings.tensor_split)} entries; llama.cpp takes at "

@@ -597,7 +597,7 @@ class DryRun:
         on_event: Callable[[Event], None] | None = None,
     ) -> None:
         if not os.path.isfile(model_path):
-            raise ModelFileNotFoundError(f"{os.fspath(model_path)}: no such model file")
+            raise ModelFileNotFoundError("no such model file", path=model_path)
         self.request = plan(model_path, settings_list, mode)
         self._worker = EngineWorker(
             dry_run_child, self.request, timeout_s=timeout_s, on_event=on_event

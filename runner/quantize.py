@@ -166,7 +166,7 @@ def quantize_many(
     """
     planned = [(os.fspath(out), file_type(q), imatrix) for out, q, imatrix in jobs]
     if not os.path.isfile(input_path):
-        raise ModelFileNotFoundError(f"{os.fspath(input_path)}: no such model file")
+        raise ModelFileNotFoundError("no such model file", path=input_path)
     request = QuantizeRequest(
         input_path=os.fspath(input_path),
         jobs=tuple(QuantizeJob(out, ft.ftype, imatrix) for out, ft, imatrix in planned),

@@ -273,7 +273,7 @@ def write_lmstudio_config(export: LMStudioExport, *, overwrite: bool = False) ->
         try:
             loaded = load_json(path)
         except StateFileError as err:
-            raise ExportError(f"{path}: cannot read the existing settings: {err.reason}") from err
+            raise ExportError(f"{path}: cannot read the existing settings: {err.message}") from err
         if not isinstance(loaded, dict):
             raise ExportError(f"{path}: is not a JSON object; not touching it")
         document = loaded

@@ -288,7 +288,7 @@ def load_profile_file(path: str | os.PathLike[str]) -> tuple[HardwareProfile, ..
     try:
         data = load_toml(p, max_bytes=1 << 20)
     except StateFileError as err:
-        raise HardwareProfileError(err.reason, path=p) from None
+        raise HardwareProfileError(err.message, path=p) from None
     extra = set(data) - {"profile"}
     if extra:
         raise HardwareProfileError(

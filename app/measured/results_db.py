@@ -290,18 +290,18 @@ class ResultsDB:
                 kind = _kind_of(err)
                 if kind == "locked":
                     raise ResultsDBError(
-                        self.path,
                         f"the results database is in use by another program (still locked "
                         f"after {self.timeout_s:g} s); try again when it is done",
+                        path=self.path,
                     ) from err
                 if kind is None or attempt == 1:
                     raise ResultsDBError(
-                        self.path, f"cannot use the results database: {err}"
+                        f"cannot use the results database: {err}", path=self.path
                     ) from err
                 self._set_aside(kind, str(err))
             except OSError as err:  # the folder cannot be made, a read-only disk
                 raise ResultsDBError(
-                    self.path, f"cannot use the results database: {err.strerror or err}"
+                    f"cannot use the results database: {err.strerror or err}", path=self.path
                 ) from err
         raise AssertionError("unreachable")
 
@@ -312,9 +312,9 @@ class ResultsDB:
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             if version > SCHEMA_VERSION:
                 raise ResultsDBError(
-                    self.path,
                     f"written by a newer ggtune (schema {version}, this one knows "
                     f"{SCHEMA_VERSION}); left as it is",
+                    path=self.path,
                 )
             check = conn.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
@@ -348,7 +348,7 @@ class ResultsDB:
                     os.replace(side, target.with_name(target.name + suffix))
         except OSError as err:
             raise ResultsDBError(
-                self.path, f"the database is {kind} ({why}) and could not be set aside: {err}"
+                f"the database is {kind} ({why}) and could not be set aside: {err}", path=self.path
             ) from err
         self.set_aside.append(SetAside(target, f"the results database was damaged ({why})"))
 

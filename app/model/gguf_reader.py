@@ -594,9 +594,9 @@ def _merge(path: str, shards: tuple[Header, ...]) -> ModelFile:
 def _check_file(path: str) -> None:
     """Raise ModelFileNotFoundError unless ``path`` is an existing regular file."""
     if not os.path.exists(path):
-        raise ModelFileNotFoundError(f"{path}: no such file")
+        raise ModelFileNotFoundError("no such file", path=path)
     if not os.path.isfile(path):
-        raise ModelFileNotFoundError(f"{path}: not a regular file")
+        raise ModelFileNotFoundError("not a regular file", path=path)
 
 
 @contextmanager
@@ -611,7 +611,7 @@ def _open_source(
             # Unbuffered: _Cursor keeps its own 1 MiB window, a second buffer only copies.
             file = open(path, "rb", buffering=0)  # noqa: SIM115 - closed below
         except FileNotFoundError as err:  # removed since _check_file
-            raise ModelFileNotFoundError(f"{path}: no such file") from err
+            raise ModelFileNotFoundError("no such file", path=path) from err
         with file:
             yield file, name if name is not None else path
         return

@@ -113,7 +113,7 @@ class _Reader:
 
     def __init__(self, path: Path, where: str, obj: object) -> None:
         if not isinstance(obj, dict):
-            raise QualityProfileError(path, f"{where} should be an object")
+            raise QualityProfileError(f"{where} should be an object", path=path)
         self.path = path
         self.where = where
         self.obj: dict[str, object] = obj
@@ -122,13 +122,13 @@ class _Reader:
         if key not in self.obj:
             if optional:
                 return None
-            raise QualityProfileError(self.path, f"{self.where}: missing {key!r}")
+            raise QualityProfileError(f"{self.where}: missing {key!r}", path=self.path)
         return self.obj[key]
 
     def str_(self, key: str) -> str:
         value = self._get(key, False)
         if not isinstance(value, str) or not value:
-            raise QualityProfileError(self.path, f"{self.where}: {key!r} should be a string")
+            raise QualityProfileError(f"{self.where}: {key!r} should be a string", path=self.path)
         return value
 
     def opt_str(self, key: str) -> str | None:
@@ -136,14 +136,14 @@ class _Reader:
         if value is None:
             return None
         if not isinstance(value, str) or not value:
-            raise QualityProfileError(self.path, f"{self.where}: {key!r} should be a string")
+            raise QualityProfileError(f"{self.where}: {key!r} should be a string", path=self.path)
         return value
 
     def num(self, key: str, *, minimum: float | None = None) -> float:
         self._get(key, False)  # "missing 'key'" before "should be a number"
         value = self.opt_num(key, minimum=minimum)
         if value is None:
-            raise QualityProfileError(self.path, f"{self.where}: {key!r} should be a number")
+            raise QualityProfileError(f"{self.where}: {key!r} should be a number", path=self.path)
         return value
 
     def opt_num(self, key: str, *, minimum: float | None = None) -> float | None:
@@ -151,22 +151,26 @@ class _Reader:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise QualityProfileError(self.path, f"{self.where}: {key!r} should be a number")
+            raise QualityProfileError(f"{self.where}: {key!r} should be a number", path=self.path)
         number = float(value)
         if not math.isfinite(number) or (minimum is not None and number < minimum):
-            raise QualityProfileError(self.path, f"{self.where}: {key!r} out of range ({value!r})")
+            raise QualityProfileError(
+                f"{self.where}: {key!r} out of range ({value!r})", path=self.path
+            )
         return number
 
     def bool_(self, key: str) -> bool:
         value = self._get(key, False)
         if not isinstance(value, bool):
-            raise QualityProfileError(self.path, f"{self.where}: {key!r} should be true or false")
+            raise QualityProfileError(
+                f"{self.where}: {key!r} should be true or false", path=self.path
+            )
         return value
 
     def list_(self, key: str) -> list[object]:
         value = self._get(key, False)
         if not isinstance(value, list) or not value:
-            raise QualityProfileError(self.path, f"{self.where}: {key!r} should be a list")
+            raise QualityProfileError(f"{self.where}: {key!r} should be a list", path=self.path)
         return value
 
 
@@ -174,28 +178,30 @@ def _load_json(path: Path) -> _Reader:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
-        raise QualityProfileError(path, f"cannot read: {err.strerror or err}") from None
+        raise QualityProfileError(f"cannot read: {err.strerror or err}", path=path) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise QualityProfileError(path, f"not valid JSON: {err.msg} (line {err.lineno})") from None
+        raise QualityProfileError(
+            f"not valid JSON: {err.msg} (line {err.lineno})", path=path
+        ) from None
     top = _Reader(path, "top level", data)
     version = top.num("schema_version")
     if version != SCHEMA_VERSION:
-        raise QualityProfileError(path, f"schema_version {version:g} is not {SCHEMA_VERSION}")
+        raise QualityProfileError(f"schema_version {version:g} is not {SCHEMA_VERSION}", path=path)
     return top
 
 
 def _sources(top: _Reader) -> dict[str, QualitySource]:
     raw = top._get("sources", False)
     if not isinstance(raw, dict) or not raw:
-        raise QualityProfileError(top.path, "'sources' should be a non-empty object")
+        raise QualityProfileError("'sources' should be a non-empty object", path=top.path)
     out: dict[str, QualitySource] = {}
     for key, value in raw.items():
         r = _Reader(top.path, f"source {key!r}", value)
         details = {k: v for k, v in r.obj.items() if k not in ("title", "url")}
         if not all(isinstance(v, str) for v in details.values()):
-            raise QualityProfileError(top.path, f"source {key!r}: details should be strings")
+            raise QualityProfileError(f"source {key!r}: details should be strings", path=top.path)
         out[key] = QualitySource(
             key=key,
             title=r.str_("title"),
@@ -207,7 +213,7 @@ def _sources(top: _Reader) -> dict[str, QualitySource]:
 
 def _source(r: _Reader, sources: Mapping[str, QualitySource], key: str | None) -> QualitySource:
     if key is None or key not in sources:
-        raise QualityProfileError(r.path, f"{r.where}: unknown source {key!r}")
+        raise QualityProfileError(f"{r.where}: unknown source {key!r}", path=r.path)
     return sources[key]
 
 
@@ -235,10 +241,10 @@ def _weights(path: Path) -> tuple[tuple[WeightQuality, ...], str]:
             note=r.opt_str("note"),
         )
         if entry.same_top_token_pct is not None and entry.same_top_token_pct > 100:
-            raise QualityProfileError(path, f"{r.where}: same_top_token_pct above 100")
+            raise QualityProfileError(f"{r.where}: same_top_token_pct above 100", path=path)
         key = (entry.quant, entry.model, entry.imatrix)
         if key in seen:
-            raise QualityProfileError(path, f"{r.where}: measured twice on {entry.model}")
+            raise QualityProfileError(f"{r.where}: measured twice on {entry.model}", path=path)
         seen.add(key)
         out.append(entry)
     return tuple(out), top.str_("description")

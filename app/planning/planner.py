@@ -57,7 +57,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
-from app.errors import GGTuneError, SettingsError
+from app.errors import GGTuneError, PlanError, SettingsError
 from app.export.llama_server import llama_server_argv
 from app.hardware.devices import Device, Hardware
 from app.model.spec import ModelSpec
@@ -121,10 +121,6 @@ KV_QUALITY_RANK: Final[dict[str, int]] = {"f16": 0, "q8_0": 1, "q4_0": 2}
 DEFAULT_MAX_KLD: Final = 0.0313
 """Quality floor for weight quants the planner may pick unasked: Q4_K_M's KLD on
 Llama-3-8B (llama.cpp tools/perplexity/README.md; REFERENCE.md §5)."""
-
-
-class PlanError(GGTuneError):
-    """The planner was asked something it cannot answer (no quant, bad goal)."""
 
 
 # --- quant options ------------------------------------------------------------------------

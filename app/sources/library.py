@@ -190,7 +190,7 @@ def user_folders(config_path: Path | None = None, *, strict: bool = False) -> tu
     folders = data.get("folders") if isinstance(data, dict) else None
     if not isinstance(folders, list):
         if strict:
-            raise StateFileError(path, 'not a library file (no "folders" list)')
+            raise StateFileError('not a library file (no "folders" list)', path=path)
         return ()
     return tuple(Path(f) for f in folders if isinstance(f, str) and f.strip() and os.path.isabs(f))
 
@@ -212,7 +212,7 @@ def add_folder(folder: str | os.PathLike[str], config_path: Path | None = None) 
         current = [str(p) for p in user_folders(path, strict=True)]
     except StateFileError as err:
         raise StateFileError(
-            err.path, f"{err.reason}; it was left as it is: fix or remove it, then add again"
+            f"{err.message}; it was left as it is: fix or remove it, then add again", path=err.path
         ) from None
     if str(target) not in current:
         current.append(str(target))
@@ -460,7 +460,7 @@ def _ollama_model_blob(scan: _Scan, manifest: Path, models: Path) -> Path | None
     try:
         data = load_json(manifest, max_bytes=1 << 20)
     except StateFileError as err:
-        scan.issue(manifest, f"broken manifest: {err.reason}")
+        scan.issue(manifest, f"broken manifest: {err.message}")
         return None
     layers = data.get("layers") if isinstance(data, dict) else None
     if not isinstance(layers, list):

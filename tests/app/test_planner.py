@@ -8,13 +8,13 @@ import time
 
 import pytest
 
+from app.errors import PlanError
 from app.hardware.devices import Device, Hardware
 from app.hardware.profiles import compose
 from app.model.catalog import catalog_header
 from app.model.spec import ModelSpec, model_spec
 from app.planning.planner import (
     Goal,
-    PlanError,
     QuantOption,
     explain,
     fit_layers,

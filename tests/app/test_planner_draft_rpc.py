@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from app.errors import PlanError
 from app.hardware.devices import Device, Hardware
 from app.hardware.profiles import compose
 from app.model.catalog import catalog_header
 from app.model.spec import ModelSpec, model_spec
 from app.planning.planner import (
     Goal,
-    PlanError,
     QuantOption,
     RpcHost,
     quant_options,

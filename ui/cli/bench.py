@@ -278,7 +278,7 @@ def run_bench(args: argparse.Namespace) -> int:
         print("ggtune: bench needs a MODEL (or --history)", file=sys.stderr)
         return EXIT_USAGE
     if not os.path.isfile(args.model):
-        raise ModelFileNotFoundError(f"{args.model}: no such model file")
+        raise ModelFileNotFoundError("no such model file", path=args.model)
     if args.n_threads is not None and args.n_threads < 1:
         print("ggtune: --threads must be ≥ 1", file=sys.stderr)
         return EXIT_USAGE

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from app.errors import CatalogError, GGTuneError
+from app.errors import CatalogError, GGTuneError, ModelOpenError
 from app.model.catalog import (
     CATALOG_DIR,
     CATALOG_PREFIX,
@@ -61,10 +61,6 @@ class LoadedModel:
     def is_catalog(self) -> bool:
         """Whether this is a catalog entry (planned from its config; no file on disk)."""
         return is_catalog(self.path)
-
-
-class ModelOpenError(GGTuneError):
-    """A model file could not be opened for a reason outside the GGUF checks (an OSError)."""
 
 
 CATALOG_NO_FILE: Final = (
@@ -220,7 +216,7 @@ def load_model(path: str | os.PathLike[str], *, is_demo: bool = False) -> Loaded
     try:
         spec = model_spec(read_model(path_str))
     except OSError as err:
-        raise ModelOpenError(f"{path_str}: {err.strerror or err}") from err
+        raise ModelOpenError(str(err.strerror or err), path=path_str) from err
     return LoadedModel(path=path_str, spec=spec, card=model_card(spec), is_demo=is_demo)
 
 
