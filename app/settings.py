@@ -117,7 +117,7 @@ def runner_defaults(runner: RunnerName, *, gpu_total_bytes: int | None = None) -
     depends on VRAM. Sources: llama-cpp-python 0.3.36 ``Llama.__init__``; llama.cpp
     ``common/common.h`` and ``tools/server`` (PR #16736: 4 slots, unified KV); Ollama
     ``envconfig``/``llm/server.go``; lmstudio-js ``lms-kv-config/src/schema.ts``.
-    See ../shared/REFERENCE.md §2.
+    See docs/sources.md §2.
     """
     if runner == "llama-cpp-python":
         # Llama(): n_ctx=512, n_batch=512, n_ubatch=512, flash_attn=False, n_gpu_layers=0;

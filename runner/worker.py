@@ -1,7 +1,7 @@
 """Run one job in a child process and get a typed outcome, whatever happens in there.
 
 llama.cpp can abort (``GGML_ASSERT``), segfault or be killed for memory; that must not
-take the app down (see DESIGN.md, *Bad input*). So every engine job runs in a child
+take the app down (docs/sources.md §8). So every engine job runs in a child
 started with the ``spawn`` method, and the parent:
 
 * receives every event the child emits (log lines, step marks, partial results) the

@@ -4,7 +4,7 @@ Sources (ollama/ollama at fb30760, 2026-08-21): ``parser/parser.go`` (``ParseFil
 ``parseRuneForState``, ``quote``/``unquote``, ``Command.String``), ``api/types.go``
 (``Options``/``Runner`` JSON tags, ``FormatParams``), ``llm/llama_server.go`` (how options
 become llama-server flags), ``envconfig/config.go`` and ``docs/faq.mdx`` (server variables
-and how to set them per OS). See ../shared/REFERENCE.md §2 and §3.
+and how to set them per OS). See docs/sources.md §2 and §3.
 
 How Ollama runs a model: it starts llama-server with ``-c num_ctx·OLLAMA_NUM_PARALLEL
 -np OLLAMA_NUM_PARALLEL`` (one KV stream per slot, never unified, no ``--swa-full``),

@@ -1,6 +1,6 @@
 """What a quant level costs in quality, with the model it was measured on.
 
-The numbers live in ``profiles/quality/`` (data, not code; REFERENCE.md §5):
+The numbers live in ``profiles/quality/`` (data, not code; docs/sources.md §4):
 
 * ``weight_quants.json``: perplexity and KL divergence against FP16 for each llama.cpp
   weight quant, from llama.cpp's ``tools/perplexity/README.md`` (Llama-3-8B, plus a

@@ -383,7 +383,7 @@ def _layers(f: ExplainFacts) -> Section:
 
 def _quant_paragraph(f: ExplainFacts, fp16: int) -> str:
     if f.bits_per_weight >= 15.5:  # F16/BF16/F32: nothing rounded away yet
-        q4 = f.n_params * 4.9 / 8  # Q4_K_M's typical bits per weight (REFERENCE.md §5)
+        q4 = f.n_params * 4.9 / 8  # Q4_K_M's typical bits per weight (docs/sources.md §4)
         return (
             f"This file keeps its weights at {f.bits_per_weight:.0f} bits ({f.quant}), as in "
             f"training: {_size(f.weights_file_bytes)}. Quantizing it rounds each weight "

@@ -25,7 +25,7 @@ a target step with ``k`` drafted tokens yields ``(1 − α^(k+1))/(1 − α)`` t
 acceptance rate ``α`` and costs ``k·t_draft + t_target`` (:mod:`app.predict.speed`). α is 0.7
 unless given; it depends on how alike the two models are. The draft is recommended only
 when it decodes ≥ 2.5× faster than the target and the predicted speed-up is above 1.1
-(REFERENCE.md §6); :attr:`Recommendation.draft` says why either way.
+(docs/sources.md §5); :attr:`Recommendation.draft` says why either way.
 
 A **split over several machines** with llama.cpp's RPC backend (``Goal(rpc_hosts=…)``)
 adds each remote's GPUs (its CPU when it has none) as devices ``RPC0``, ``RPC1`` … in the
@@ -116,11 +116,11 @@ KV_TYPES: Final[tuple[CacheType, ...]] = ("f16", "q8_0", "q4_0")
 
 KV_QUALITY_RANK: Final[dict[str, int]] = {"f16": 0, "q8_0": 1, "q4_0": 2}
 """q8_0 K+V costs ~+0.005 PPL (llama.cpp PR #7412); q4_0 more, varying by model
-(REFERENCE.md §5): the order the planner prefers them in."""
+(docs/sources.md §4): the order the planner prefers them in."""
 
 DEFAULT_MAX_KLD: Final = 0.0313
 """Quality floor for weight quants the planner may pick unasked: Q4_K_M's KLD on
-Llama-3-8B (llama.cpp tools/perplexity/README.md; REFERENCE.md §5)."""
+Llama-3-8B (llama.cpp tools/perplexity/README.md; docs/sources.md §4)."""
 
 
 # --- quant options ------------------------------------------------------------------------

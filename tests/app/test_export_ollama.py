@@ -1,6 +1,6 @@
 """The Modelfile writer and reader against the rules of Ollama's parser/parser.go.
 
-One test per rule of ../shared/REFERENCE.md §3, then round-trip properties: whatever the
+One test per rule of docs/sources.md §3, then round-trip properties: whatever the
 writer writes, the reader (a line-by-line mirror of ``ParseFile``) reads back unchanged.
 """
 

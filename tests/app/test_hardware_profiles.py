@@ -71,8 +71,8 @@ def test_every_figure_has_a_source_and_a_sane_value(builtin: ProfileSet) -> None
         assert Path(p.path).parent == builtin_profiles_dir()
 
 
-def test_bandwidths_agree_with_reference_section_7(builtin: ProfileSet) -> None:
-    reference = {
+def test_bandwidths_agree_with_docs_sources_section_6(builtin: ProfileSet) -> None:
+    reference = {  # docs/sources.md §6
         "rtx-3060-12g": 360,
         "rtx-4060-ti-16g": 288,
         "rtx-4070": 504,

@@ -1,7 +1,7 @@
 """Quality tables (app/model/quality.py, profiles/quality/): the shipped numbers and bad files.
 
 Expected values are llama.cpp's ``tools/perplexity/README.md`` "LLaMA 3 8b Scoreboard"
-(vendored in llama-cpp-python 0.3.36) and REFERENCE.md §5, not ggtune's own output.
+(vendored in llama-cpp-python 0.3.36) and docs/sources.md §4, not ggtune's own output.
 """
 
 from __future__ import annotations

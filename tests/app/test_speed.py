@@ -113,7 +113,7 @@ def _qwen25_q8() -> ModelSpec:
 def test_parallel_users_follow_the_dgx_spark_bench(
     users: int, depth: int, measured_tok_per_s: float
 ) -> None:
-    # llama.cpp benches/dgx-spark.md (REFERENCE.md §6): Qwen2.5-7B Q8_0, per user
+    # llama.cpp benches/dgx-spark.md (docs/sources.md §5): Qwen2.5-7B Q8_0, per user
     hw = compose("dgx-spark")
     settings = Settings(n_ctx=(depth + 512) * users, n_parallel=users, n_gpu_layers=-1)
     p = predict_speed(_qwen25_q8(), settings, hw, depth=depth, n_users=users)

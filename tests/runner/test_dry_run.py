@@ -1,6 +1,6 @@
 """The dry run against the real llama.cpp, in real child processes, on real models.
 
-Expected numbers come from llama.cpp's rules (REFERENCE.md §1, vendored
+Expected numbers come from llama.cpp's rules (docs/sources.md §1, vendored
 ``src/llama-context.cpp``, ``src/llama-kv-cache.cpp``, ``src/llama-kv-cache-iswa.cpp``)
 and from the GGUF files read with ``gguf`` — never from ggtune's own estimator:
 

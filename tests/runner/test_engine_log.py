@@ -10,7 +10,7 @@ per-node DEBUG lines left out to keep them small:
 * ``zoo-granitehybrid-no_alloc-np2.log``: the zoo's granitehybrid (attention + Mamba2
   layers), n_ctx 1024, 2 sequences.
 
-The expected numbers come from llama.cpp's rules (REFERENCE.md §1), not from the parser:
+The expected numbers come from llama.cpp's rules (docs/sources.md §1), not from the parser:
 e.g. Gemma 3's SWA cache holds PAD(512 window + 512 ubatch, 256) = 1024 cells.
 """
 
