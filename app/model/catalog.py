@@ -142,6 +142,9 @@ class CatalogEntry:
     metadata: Mapping[str, object] = field(repr=False)
     notes: str = ""
     file: str = ""
+    vision_projector: bool = False
+    """The published model has a vision tower: llama.cpp loads it from a separate mmproj
+    file (its memory is not in this entry's weights; see the runner footprint)."""
 
     @property
     def path(self) -> str:
@@ -198,7 +201,7 @@ def parse_entry(data: object, *, key: str, file: str = "") -> CatalogEntry:
     where = file or None
     if not isinstance(data, dict):
         raise CatalogError("the entry should be a JSON object", path=where)
-    allowed = {"name", "source", "tensors", "metadata", "notes"}
+    allowed = {"name", "source", "tensors", "metadata", "notes", "vision_projector"}
     extra = sorted(set(data) - allowed)
     if extra:
         raise CatalogError(f"unknown field(s) {', '.join(extra)}", path=where)
@@ -210,6 +213,9 @@ def parse_entry(data: object, *, key: str, file: str = "") -> CatalogEntry:
     notes = data.get("notes", "")
     if not isinstance(notes, str):
         raise CatalogError("notes should be a string", path=where)
+    vision = data.get("vision_projector", False)
+    if not isinstance(vision, bool):
+        raise CatalogError("vision_projector should be true or false", path=where)
     raw_md = data.get("metadata")
     if not isinstance(raw_md, dict) or not raw_md:
         raise CatalogError("metadata should be a non-empty object of GGUF keys", path=where)
@@ -234,6 +240,7 @@ def parse_entry(data: object, *, key: str, file: str = "") -> CatalogEntry:
         metadata=MappingProxyType(metadata),
         notes=notes,
         file=file,
+        vision_projector=vision,
     )
     generate_tensors(entry.metadata, entry.options, path=file or entry.path)
     return entry
@@ -424,6 +431,10 @@ def _model_dims(hp: _Hparams) -> tuple[dict[str, int], list[dict[str, int]]]:
         "kv_a": hp.int_("attention.kv_lora_rank", 0) + n_rot,
         "k_nope": k_mla - n_rot,
         "v_mla": v_mla,
+        "idx_heads": hp.int_("attention.indexer.head_count", 0),
+        "idx_dim": hp.int_("attention.indexer.key_length", 0),
+        "idx_q": hp.int_("attention.indexer.head_count", 0)
+        * hp.int_("attention.indexer.key_length", 0),
     }
     layers = []
     for il in range(n_layer):
@@ -462,6 +473,7 @@ class _Template:
     dense: tuple[_T, ...]
     moe: tuple[_T, ...] = ()
     output_required: bool = False  # no tied fallback in load_arch_tensors (gpt-oss)
+    moe_step: bool = False  # MoE on every interleave_moe_layer_step-th layer (llama4)
 
 
 _ATTN_NORM: Final[tuple[_T, ...]] = (("attn_norm.weight", ("n_embd",)),)
@@ -578,21 +590,52 @@ _TEMPLATES: Final[dict[str, _Template]] = {
     ),
 }
 
+_TEMPLATES["deepseek32"] = _Template(
+    # src/models/deepseek32.cpp: DeepSeek-V2/V3 MLA layers plus the DSA lightning indexer
+    layer=(
+        *_TEMPLATES["deepseek2"].layer,
+        ("indexer.k_norm.weight", ("idx_dim",)),
+        ("indexer.k_norm.bias", ("idx_dim",)),
+        ("indexer.proj.weight", ("n_embd", "idx_heads")),
+        ("indexer.attn_k.weight", ("n_embd", "idx_dim")),
+        ("indexer.attn_q_b.weight", ("q_lora", "idx_q")),
+    ),
+    dense=_TEMPLATES["deepseek2"].dense,
+    moe=_TEMPLATES["deepseek2"].moe,
+)
+_TEMPLATES["llama4"] = _Template(
+    # src/models/llama4.cpp: MoE layers every interleave_moe_layer_step-th layer, each with
+    # routed experts and one shared expert of the expert size; dense layers in between
+    layer=(*_ATTN_NORM, *_QKV, *_ATTN_OUT, *_FFN_NORM),
+    dense=_FFN,
+    moe=(
+        *_EXPERTS,
+        ("ffn_gate_shexp.weight", ("n_embd", "n_ff_exp")),
+        ("ffn_up_shexp.weight", ("n_embd", "n_ff_exp")),
+        ("ffn_down_shexp.weight", ("n_ff_exp", "n_embd")),
+    ),
+    moe_step=True,
+)
+
 ARCHITECTURES: Final = frozenset(_TEMPLATES)
 """Architectures the generator has templates for."""
 
 
 def _layer_tensors(hp: _Hparams, template: _Template, il: int, dims: Mapping[str, int]) -> list[_T]:
     """Return the templates of layer ``il``: common part, then dense FFN or MoE."""
-    is_moe = dims["n_expert"] > 0 and il >= dims["n_dense"]
+    if template.moe_step:
+        step = hp.int_("interleave_moe_layer_step", 1)
+        is_moe = dims["n_expert"] > 0 and step > 0 and (il + 1) % step == 0
+    else:
+        is_moe = dims["n_expert"] > 0 and il >= dims["n_dense"]
     parts = [*template.layer, *(template.moe if is_moe else template.dense)]
     if is_moe and not template.moe:
         raise CatalogError(f"{hp.arch} has no mixture-of-experts layers", path=hp.path)
-    if hp.arch == "deepseek2" and dims["q_lora"] == 0:
+    if hp.arch in ("deepseek2", "deepseek32") and dims["q_lora"] == 0:
         # DeepSeek-V2-Lite: a plain wq instead of the q LoRA pair
         parts = [p for p in parts if not p[0].startswith(("attn_q_a", "attn_q_b"))]
         parts.insert(1, ("attn_q.weight", ("n_embd", "q_mla")))
-    if hp.arch == "deepseek2" and dims["n_ff_shexp"] == 0:
+    if hp.arch in ("deepseek2", "deepseek32") and dims["n_ff_shexp"] == 0:
         parts = [p for p in parts if "_shexp" not in p[0]]
     return parts
 

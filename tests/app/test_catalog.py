@@ -67,6 +67,10 @@ REQUIRED = (
     "deepseek-r1-distill-qwen-7b",
     "phi-4",
     "deepseek-v3",
+    "deepseek-v3.2",
+    "kimi-k2-instruct-0905",
+    "llama-4-scout-17b-16e",
+    "llama-4-maverick-17b-128e",
 )
 
 
@@ -106,6 +110,10 @@ PUBLISHED_TOTAL = [
     ("gpt-oss-120b", 116.83e9, "gpt-oss model card (arXiv:2508.10925) table 1: 116.83B"),
     ("phi-4", 14.7e9, "Phi-4 technical report (arXiv:2412.08905): 14B / HF card 14.7B"),
     ("deepseek-v3", 671e9, "DeepSeek-V3 technical report (arXiv:2412.19437): 671B total"),
+    # V3's 671B plus the lightning indexer (61 x 13.9M); 685B with the MTP block
+    ("deepseek-v3.2", 671.9e9, "V3's 671B + the DSA indexer, without the MTP block"),
+    ("kimi-k2-instruct-0905", 1.026e12, "Kimi K2 model card: 1T total (1.026T by its config)"),
+    ("llama-4-maverick-17b-128e", 400e9, "Llama 4 model card: Maverick 400B total"),
 ]
 
 
@@ -132,6 +140,9 @@ def test_the_real_demo_models_match_to_the_parameter() -> None:
         ("gpt-oss-120b", 5.13e9, False, 0.002),  # gpt-oss model card table 1
         ("qwen3-30b-a3b", 3.3e9, True, 0.02),  # Qwen3-30B-A3B model card: 3.3B activated
         ("deepseek-v3", 37e9, True, 0.02),  # DeepSeek-V3 report: 37B activated
+        ("kimi-k2-instruct-0905", 32e9, True, 0.04),  # Kimi K2 card: 32B activated
+        ("llama-4-scout-17b-16e", 17e9, True, 0.04),  # Llama 4 card: 17B active
+        ("llama-4-maverick-17b-128e", 17e9, True, 0.04),  # Llama 4 card: 17B active
     ],
 )
 def test_active_parameters_of_the_moe_models(
@@ -168,6 +179,10 @@ def test_dense_active_parameters_skip_only_the_embedding_lookup() -> None:
         ("gemma-3-27b", 62 * 2 * 16 * 128 * 2),
         ("gpt-oss-20b", 24 * 2 * 8 * 64 * 2),
         ("deepseek-v3", 61 * (512 + 64) * 2),
+        ("kimi-k2-instruct-0905", 61 * (512 + 64) * 2),
+        # MLA latent + RoPE part, plus the indexer's one key of 128 per layer and token
+        ("deepseek-v3.2", 61 * (512 + 64) * 2 + 61 * 128 * 2),
+        ("llama-4-scout-17b-16e", 48 * 2 * 8 * 128 * 2),  # chunked layers: 8192 cells max
     ],
 )
 def test_kv_cache_per_token_through_the_estimator(key: str, per_token: int) -> None:
@@ -281,7 +296,19 @@ def _zoo_options(name: str) -> TensorOptions:
 
 
 @pytest.mark.parametrize(
-    "name", ["llama", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "deepseek2", "phi3", "gemma3"]
+    "name",
+    [
+        "llama",
+        "qwen2",
+        "qwen3",
+        "qwen3moe",
+        "gpt-oss",
+        "deepseek2",
+        "phi3",
+        "gemma3",
+        "llama4",
+        "deepseek32",
+    ],
 )
 def test_generator_equals_the_zoo_model(name: str, zoo_dir: Path) -> None:
     real = read_model(write_model(name, zoo_dir))
@@ -451,3 +478,11 @@ def test_catalog_command_lists_every_entry(capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     assert "catalog:deepseek-v3" in out
     assert "671.03B" in out
+
+
+def test_vision_projectors_are_marked() -> None:
+    """Entries whose published model has a vision tower say so (it is an mmproj file)."""
+    marked = {e.key for e in load_catalog() if e.vision_projector}
+    assert {"llama-4-scout-17b-16e", "llama-4-maverick-17b-128e"} <= marked
+    assert {"gemma-3-4b", "gemma-3-12b", "gemma-3-27b"} <= marked
+    assert not {"llama-3.1-8b", "qwen3-8b", "deepseek-v3", "gpt-oss-20b"} & marked

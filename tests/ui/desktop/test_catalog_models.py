@@ -76,7 +76,7 @@ def test_the_library_tree_ends_with_every_catalog_entry(
     qtmodeltester.check(model)
     titles = [model.index(r, 0).data() for r in range(model.rowCount())]
     keys = catalog_keys()
-    assert len(keys) == 18
+    assert len(keys) >= 18  # the catalog grows (issue 13 added entries)
     assert titles == ["Skipped (1)", f"{CATALOG_TITLE} ({len(keys)})"]
     group = model.index(model.rowCount() - 1, 0)
     rows = [model.index(r, 0, group) for r in range(model.rowCount(group))]

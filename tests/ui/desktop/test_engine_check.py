@@ -2,8 +2,9 @@
 
 A zoo Gemma 4 (its compute buffer is not modelled) gets no verdict from the estimate; the
 panel says it is checking, the check runs on its stand-in-free file after the settings
-rest, and the verdict then comes from llama.cpp's figures and says so. The demo model
-(exact) starts no check at all. Sliders never wait for a check.
+rest, and the verdict then comes from llama.cpp's figures and says so. A catalog entry of
+an architecture whose compute is not modelled (Llama 4) is checked through its header
+stand-in. The demo model (exact) starts no check at all. Sliders never wait for a check.
 """
 
 from __future__ import annotations
@@ -93,3 +94,23 @@ def test_settings_that_change_during_the_wait_start_one_check(
     assert len(checked.result.reports) == 1
     assert checked.result.reports[0].settings == window.estimates.state.settings
     assert checked.result.reports[0].n_ctx == 8192
+
+
+def test_catalog_model_is_checked_on_its_stand_in(
+    qtbot: QtBot, qsettings: QSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    window = make_window(qtbot, qsettings, open_demo=False)
+    panel = window.memory_panel
+    _open(window, "catalog:llama-4-scout-17b-16e")
+
+    def done(result: object) -> bool:
+        return isinstance(result, EngineChecked)
+
+    with qtbot.waitSignal(panel.engine.checked, timeout=CHECK_TIMEOUT_MS, check_params_cb=done):
+        pass
+    checked = panel.engine.result
+    assert checked is not None
+    assert checked.result.target.stand_in is not None
+    assert checked.result.target.path.is_relative_to(tmp_path / "cache")
+    assert "a header stand-in" in panel.engine_label.text()
