@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -76,6 +77,18 @@ CATALOG_DIR: Final = data_dir() / "models"
 
 CATALOG_PREFIX: Final = "catalog:"
 """Prefix of a catalog model's ``path`` (``"catalog:qwen3-8b"``)."""
+
+
+def is_catalog(path: str | os.PathLike[str]) -> bool:
+    """Return whether ``path`` names a catalog entry (``catalog:NAME``), not a file."""
+    return os.fspath(path).startswith(CATALOG_PREFIX)
+
+
+def catalog_key(path: str) -> str:
+    """Return the entry name of a catalog path (``"catalog:qwen3-8b"`` → ``"qwen3-8b"``)."""
+    assert is_catalog(path), f"not a catalog path: {path!r}"
+    return path.removeprefix(CATALOG_PREFIX)
+
 
 ExpertType = Literal["F16", "MXFP4"]
 

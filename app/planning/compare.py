@@ -7,8 +7,9 @@ whether it fits, predicted tok/s (:mod:`app.predict.speed`) and the quality loss
 (:mod:`app.model.quality`). :func:`repo_rows` does the same for every quant file of a Hugging
 Face repo from the headers :func:`app.sources.hf.read_models` read over HTTP (nothing downloaded),
 with ``origin`` ``"hub"``; a file whose header could not be read (or whose settings the
-estimator refuses) gets a row carrying its ``error`` and no numbers. :func:`is_repo` says
-whether a model argument names a repo rather than a file or ``catalog:NAME``.
+estimator refuses) gets a row carrying its ``error`` and no numbers.
+:func:`app.sources.refs.is_repo` says whether a model argument names a repo rather than a
+file or ``catalog:NAME``.
 
 Pure: no Qt, no printing; the CLI (ui/cli/plan.py) and the desktop (ui/desktop/
 compare_panel.py) format these rows.
@@ -21,8 +22,6 @@ Example::
 
 from __future__ import annotations
 
-import os
-import urllib.parse
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -32,15 +31,13 @@ from app.model.spec import ModelSpec, model_spec
 from app.planning.planner import QuantOption, fit_layers, own_quant_name, quality_cost
 from app.predict.speed import SpeedFactors, predict_speed
 from app.settings import Settings
-from app.sources.hf import RemoteModel, RepoListing, hub_endpoint, parse_repo
+from app.sources.hf import RemoteModel, RepoListing
 from app.units import speed_depth
 
-__all__ = ["HUB_ORIGIN", "compare_rows", "hub_options", "is_repo", "option_row", "repo_rows"]
+__all__ = ["HUB_ORIGIN", "compare_rows", "hub_options", "option_row", "repo_rows"]
 
 HUB_ORIGIN: Final = "hub"
 """``origin`` of a row read from a Hugging Face repo's file header."""
-
-_HUB_HOSTS: Final = ("huggingface.co", "hf.co", "www.huggingface.co")
 
 
 def option_row(
@@ -91,31 +88,6 @@ def compare_rows(
 
 
 # --- a Hugging Face repo ------------------------------------------------------------------
-
-
-def is_repo(text: str) -> bool:
-    """Return whether the model argument ``text`` names a Hugging Face repo.
-
-    ``org/name`` (also ``:QUANT``/``@rev``), ``hf.co/…`` and huggingface.co URLs that name
-    a repo are; an existing path, ``catalog:NAME``, any http(s) URL of a ``.gguf`` file and
-    a name ending in ``.gguf`` off the hub are not (they keep their single-file meaning).
-    """
-    t = text.strip()
-    if not t or t.startswith("catalog:") or os.path.exists(t):
-        return False
-    scheme = "://" in t
-    split = urllib.parse.urlsplit(t if scheme else "https://" + t)
-    host = split.netloc.lower()
-    on_hub = host in _HUB_HOSTS or host == urllib.parse.urlsplit(hub_endpoint()).netloc.lower()
-    if scheme and (not on_hub or split.path.lower().endswith(".gguf")):
-        return False
-    if not on_hub and t.lower().endswith(".gguf"):
-        return False
-    try:
-        parse_repo(t)
-    except GGTuneError:
-        return False
-    return True
 
 
 def _quality_of() -> Any:

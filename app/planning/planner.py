@@ -60,6 +60,7 @@ from typing import Any, Final, Literal, get_args
 from app.errors import GGTuneError, PlanError, SettingsError
 from app.export.llama_server import llama_server_argv
 from app.hardware.devices import Device, Hardware
+from app.model.catalog import is_catalog
 from app.model.spec import ModelSpec
 from app.predict.estimate import (
     REPACK_NOTE_BYTES,
@@ -152,7 +153,7 @@ class QuantOption:
     def origin(self) -> str:
         """Return "on disk", "catalog" or "simulated" (where the numbers come from)."""
         if self.on_disk:
-            return "catalog" if self.spec.path.startswith("catalog:") else "on disk"
+            return "catalog" if is_catalog(self.spec.path) else "on disk"
         return "simulated"
 
 

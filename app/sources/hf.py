@@ -63,11 +63,17 @@ from app.errors import (
     SplitModelError,
 )
 from app.model.gguf_reader import Header, ModelFile, TensorInfo
+from app.sources.refs import (
+    RepoRef,
+    hub_endpoint,
+    is_url,
+    on_hub,
+    parse_repo,
+)
 from app.sources.remote import (
     BLOCK_BYTES,
     TIMEOUT_S,
     check_url,
-    is_url,
     open_url,
     read_body,
     read_remote_header,
@@ -79,21 +85,16 @@ __all__ = [
     "ModelEntry",
     "RemoteModel",
     "RepoListing",
-    "RepoRef",
     "download",
     "hub_cache_dir",
-    "hub_endpoint",
     "hub_token",
     "list_repo",
-    "parse_repo",
     "quant_label",
     "read_entry",
     "read_models",
     "read_url_model",
 ]
 
-DEFAULT_ENDPOINT: Final = "https://huggingface.co"
-DEFAULT_REVISION: Final = "main"
 CHUNK_BYTES: Final = 1 << 20
 HEADER_SLACK_BYTES: Final = BLOCK_BYTES + (64 << 10)
 """Bytes on top of a sibling's header size for a model's first block: the reader's window
@@ -110,16 +111,9 @@ _QUANT: Final = re.compile(
     re.IGNORECASE,
 )
 _EXTRA: Final = re.compile(r"mmproj|imatrix", re.IGNORECASE)
-_REPO_ID: Final = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_HUB_HOSTS: Final = ("huggingface.co", "hf.co", "www.huggingface.co")
 
 
 # --------------------------------------------------------------------------- endpoint, token
-
-
-def hub_endpoint() -> str:
-    """Return the hub's base URL: ``$HF_ENDPOINT`` or ``https://huggingface.co``."""
-    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
 def hub_token() -> str | None:
@@ -150,9 +144,7 @@ def hub_token() -> str | None:
 
 def _token_for(url: str) -> str | None:
     """Return the hub token if ``url`` is on the hub's host (never for other hosts)."""
-    host = urllib.parse.urlsplit(url).netloc.lower()
-    hub_host = urllib.parse.urlsplit(hub_endpoint()).netloc.lower()
-    return hub_token() if host == hub_host or host in _HUB_HOSTS else None
+    return hub_token() if on_hub(urllib.parse.urlsplit(url).netloc) else None
 
 
 def hub_cache_dir() -> Path:
@@ -165,60 +157,6 @@ def hub_cache_dir() -> Path:
 
 
 # --------------------------------------------------------------------------- names
-
-
-@dataclass(frozen=True, slots=True)
-class RepoRef:
-    """A repo on the hub: ``repo_id`` ("org/name"), ``revision`` and an optional
-    ``selector`` (a file path in the repo, or a quant label like ``Q4_K_M``)."""
-
-    repo_id: str
-    revision: str = DEFAULT_REVISION
-    selector: str | None = None
-
-
-def parse_repo(text: str) -> RepoRef:
-    """Parse a repo id or a hub URL into a :class:`RepoRef`.
-
-    Accepted: ``org/name``, ``org/name:FILE-or-QUANT``, ``org/name@revision``,
-    ``hf.co/org/name:Q4_K_M`` (Ollama's form), and ``https://huggingface.co/org/name``
-    with ``/tree/<rev>``, ``/blob/<rev>/<file>`` or ``/resolve/<rev>/<file>``. Raise
-    :class:`~app.errors.RemoteNotFoundError` when it names no repo.
-
-    Example::
-
-        parse_repo("https://hf.co/org/m-GGUF/blob/main/m-Q4_K_M.gguf")
-        # RepoRef(repo_id='org/m-GGUF', revision='main', selector='m-Q4_K_M.gguf')
-    """
-    raw = text.strip()
-    rest = raw
-    split = urllib.parse.urlsplit(raw if "://" in raw else "https://" + raw)
-    host = split.netloc.lower()
-    hub_host = urllib.parse.urlsplit(hub_endpoint()).netloc.lower()
-    if host in _HUB_HOSTS or host == hub_host:
-        rest = urllib.parse.unquote(split.path).strip("/")
-        parts = rest.split("/")
-        if len(parts) >= 4 and parts[2] in ("blob", "resolve", "tree"):
-            revision = parts[3]
-            selector = "/".join(parts[4:]) or None
-            return _checked(RepoRef(f"{parts[0]}/{parts[1]}", revision, selector), raw)
-        if parts and parts[0] == "models":
-            rest = "/".join(parts[1:])
-    selector = None
-    if ":" in rest:
-        rest, selector = rest.split(":", 1)
-    revision = DEFAULT_REVISION
-    if "@" in rest:
-        rest, revision = rest.split("@", 1)
-    return _checked(RepoRef(rest.strip("/"), revision or DEFAULT_REVISION, selector or None), raw)
-
-
-def _checked(ref: RepoRef, raw: str) -> RepoRef:
-    if not _REPO_ID.match(ref.repo_id):
-        raise RemoteNotFoundError(
-            raw, "not a Hugging Face repo: expected org/name or a huggingface.co URL"
-        )
-    return ref
 
 
 def quant_label(path: str) -> str:
@@ -643,11 +581,10 @@ def read_url_model(url: str, *, cache: bool = True) -> ModelFile:
     parts = check_url(url)
     path = parts.path
     segments = path.split("/")
-    host = parts.netloc.lower()
-    on_hub = host in _HUB_HOSTS or host == urllib.parse.urlsplit(hub_endpoint()).netloc.lower()
-    if on_hub and len(segments) > 4 and segments[3] == "blob":
+    hub = on_hub(parts.netloc)
+    if hub and len(segments) > 4 and segments[3] == "blob":
         segments[3] = "resolve"
-    elif on_hub and len(segments) <= 3 and not segments[-1].lower().endswith(".gguf"):
+    elif hub and len(segments) <= 3 and not segments[-1].lower().endswith(".gguf"):
         raise RemoteNotFoundError(
             url, "a repo, not a file: use `ggtune hf REPO` to compare its files"
         )

@@ -68,7 +68,6 @@ __all__ = [
     "RemoteFile",
     "check_url",
     "header_cache_dir",
-    "is_url",
     "open_url",
     "read_body",
     "read_remote_header",
@@ -88,11 +87,6 @@ USER_AGENT: Final = "ggtune/0.1 (+https://github.com/ggtune)"
 _CACHE_MAGIC: Final = b"ggtuneH1"
 _CACHE_HEAD: Final = struct.Struct("<8sQ")  # magic, size of the whole remote file in bytes
 _MAX_CACHED_HEADER_BYTES: Final = 256 << 20
-
-
-def is_url(text: str) -> bool:
-    """Return whether ``text`` is an http(s) URL (what inspect/estimate read remotely)."""
-    return text.startswith(("http://", "https://"))
 
 
 # --------------------------------------------------------------------------- requests

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.errors import StandInError
-from app.model.catalog import CATALOG_PREFIX, CatalogHeader, catalog_header
+from app.model.catalog import CatalogHeader, is_catalog
 from app.model.gguf_reader import Header, ModelFile, read_model
 from app.model.spec import ModelSpec
 from app.model.standin import (
@@ -39,7 +39,9 @@ from app.model.standin import (
     requantized_prefix,
     write_standin,
 )
-from app.sources.remote import is_url, read_remote_prefix
+from app.sources.reading import read_source
+from app.sources.refs import is_url
+from app.sources.remote import read_remote_prefix
 
 __all__ = ["EngineTarget", "Source", "engine_target", "model_source", "write_model_standin"]
 
@@ -56,14 +58,7 @@ class EngineTarget:
 
 def model_source(spec: ModelSpec) -> Source:
     """Return the header ``spec`` was built from (read again: local, cached remote, catalog)."""
-    path = spec.path
-    if path.startswith(CATALOG_PREFIX):
-        return catalog_header(path)
-    if is_url(path):
-        from app.sources.hf import read_url_model
-
-        return read_url_model(path)
-    return read_model(path)
+    return read_source(spec.path)
 
 
 def _rows(spec: ModelSpec) -> list[TensorRow]:
@@ -119,7 +114,7 @@ def engine_target(
 ) -> EngineTarget:
     """Return the file a dry run should load for ``spec`` (writing a stand-in if needed)."""
     path = spec.path
-    if not path.startswith(CATALOG_PREFIX) and not is_url(path) and os.path.isfile(path):
+    if not is_catalog(path) and not is_url(path) and os.path.isfile(path):
         source = source or read_model(path)
         if _same_tensors(spec, source):
             return EngineTarget(Path(path), None)

@@ -27,15 +27,14 @@ from app.sources.demo_models import GEMMA, SMOLLM
 from app.sources.hf import (
     DownloadProgress,
     RepoListing,
-    RepoRef,
     download,
     list_repo,
-    parse_repo,
     quant_label,
     read_models,
     read_url_model,
 )
 from app.sources.library import LibraryRoots, scan_library
+from app.sources.refs import RepoRef, parse_repo
 from tests.fake_hub import (
     COMMIT,
     REPO,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.planning.compare import is_repo
 from app.sources.demo_models import GEMMA, SMOLLM
+from app.sources.refs import is_repo
 from tests.fake_hub import REPO, FakeHub
 from ui.cli.main import run
 

@@ -32,13 +32,13 @@ from app.measured.bench_result import (
 )
 from app.measured.results_db import ResultsDB, StoredRun, quick_file_hash
 from app.predict.estimate import estimate
+from app.sources.reading import load_model_spec
 from app.units import format_bytes
 from ui.cli.commands import COMMANDS
 from ui.cli.options import (
     EXIT_USAGE,
     add_settings_flags,
     hardware_from_args,
-    load_spec,
     positive_number,
     settings_from_args,
 )
@@ -289,7 +289,7 @@ def run_bench(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    spec = load_spec(args.model)
+    spec = load_model_spec(args.model)
     hardware = hardware_from_args(args)
     settings = settings_from_args(args, hardware)
     est = estimate(spec, settings, hardware)  # refuses what llama.cpp would refuse, early

@@ -13,9 +13,10 @@ from app.model.spec import ModelSpec
 from app.predict.estimate import DeviceEstimate, MemoryEstimate, estimate
 from app.predict.verdict import verdict
 from app.settings import Settings
+from app.sources.reading import load_model_spec
 from app.units import format_bytes
 from ui.cli.commands import COMMANDS
-from ui.cli.options import add_settings_flags, hardware_from_args, load_spec, settings_from_args
+from ui.cli.options import add_settings_flags, hardware_from_args, settings_from_args
 from ui.cli.output import print_table
 
 
@@ -169,7 +170,7 @@ def _compare_rows(d: dict[str, Any], engine: Any) -> list[list[str]]:
 
 
 def run_estimate(args: argparse.Namespace) -> int:
-    spec = load_spec(args.model)
+    spec = load_model_spec(args.model)
     hardware = hardware_from_args(args)
     settings = settings_from_args(args, hardware)
     est = estimate(spec, settings, hardware)

@@ -28,9 +28,9 @@ from app.sources.hf import (
     RepoListing,
     download,
     list_repo,
-    parse_repo,
     read_models,
 )
+from app.sources.refs import parse_repo
 from app.units import format_bytes
 from ui.cli.commands import COMMANDS
 from ui.cli.options import add_settings_flags, hardware_from_args, settings_from_args

@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from app.model.facts import ModelDescription, describe_model
+from app.sources.reading import load_model_spec
 from app.units import format_bytes
 from ui.cli.commands import COMMANDS
-from ui.cli.options import load_spec
 
 
 def register(sub: Any) -> None:
@@ -65,7 +65,7 @@ def _print_inspect(d: ModelDescription) -> None:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    description = describe_model(load_spec(args.model))
+    description = describe_model(load_model_spec(args.model))
     if args.json:
         print(json.dumps(description.to_dict(), indent=2))
     else:

@@ -12,7 +12,6 @@ import math
 from typing import NoReturn
 
 from app.hardware.devices import Device, Hardware
-from app.model.spec import ModelSpec, model_spec
 from app.settings import CACHE_TYPES, RUNNERS, RunnerName, Settings, runner_defaults
 from app.units import GIB
 
@@ -300,18 +299,3 @@ def hardware_from_args(args: argparse.Namespace) -> Hardware:
             for i, g in enumerate(args.gpu_mem)
         )
     return Hardware(host=host, gpus=gpus)
-
-
-def load_spec(path: str) -> ModelSpec:
-    """Read the model at ``path`` (any shard, or ``catalog:NAME``) and return its spec."""
-    if path.startswith("catalog:"):
-        from app.model.catalog import catalog_header
-
-        return model_spec(catalog_header(path))
-    if path.startswith(("http://", "https://")):  # read over HTTP with range requests
-        from app.sources.hf import read_url_model
-
-        return model_spec(read_url_model(path))
-    from app.model.gguf_reader import read_model
-
-    return model_spec(read_model(path))

@@ -10,7 +10,7 @@ for a goal with the reason, and how many users fit.
   the user hopes for; the answer says whether it fits and the most that do).
 
 MODEL is a path or ``catalog:NAME``; for ``compare`` also a Hugging Face repo (``org/name``,
-``hf.co/org/name``, a huggingface.co URL, as :func:`app.sources.hf.parse_repo` reads it): one row
+``hf.co/org/name``, a huggingface.co URL, as :func:`app.sources.refs.parse_repo` reads it): one row
 per quant file of the repo, source "hub", from headers read over HTTP (nothing downloaded); a
 file whose header cannot be read gets a row with the error. On this machine (no
 ``--profile``/``--gpu-mem``) the speed model is calibrated with the user's own
@@ -30,8 +30,9 @@ from typing import Any
 from app.errors import GGTuneError
 from app.hardware.devices import Hardware
 from app.measured.calibration import machine_factors
+from app.model.catalog import is_catalog
 from app.model.spec import ModelSpec, model_spec
-from app.planning.compare import compare_rows, is_repo, repo_rows
+from app.planning.compare import compare_rows, repo_rows
 from app.planning.planner import (
     COMPARE_QUANTS,
     DEFAULT_RPC_PORT,
@@ -56,15 +57,11 @@ from app.predict.speed import (
     SpeedFactors,
 )
 from app.settings import ALL_LAYERS, Settings, runner_defaults
+from app.sources.reading import load_model_spec
+from app.sources.refs import is_repo
 from app.units import GIB, format_bytes
 from ui.cli.commands import COMMANDS
-from ui.cli.options import (
-    gib,
-    hardware_from_args,
-    load_spec,
-    nonnegative_number,
-    positive_number,
-)
+from ui.cli.options import gib, hardware_from_args, nonnegative_number, positive_number
 from ui.cli.output import print_table
 
 
@@ -175,7 +172,7 @@ def _factors(args: argparse.Namespace, spec: ModelSpec, hardware: Hardware) -> S
 
 def _options(args: argparse.Namespace, spec: ModelSpec) -> tuple[QuantOption, ...]:
     size = None
-    if not spec.path.startswith("catalog:"):
+    if not is_catalog(spec.path):
         try:
             size = os.path.getsize(spec.path)
         except OSError:
@@ -200,7 +197,7 @@ def _goal(args: argparse.Namespace, name: str) -> Goal:
         leave_free_bytes=int(args.leave_free * GIB),
         max_kld=None if args.any_quant else Goal("fastest").max_kld,
         kv_types=kv,
-        draft=load_spec(args.draft) if getattr(args, "draft", None) else None,
+        draft=load_model_spec(args.draft) if getattr(args, "draft", None) else None,
         draft_acceptance=getattr(args, "draft_acceptance", DEFAULT_DRAFT_ACCEPTANCE),
         rpc_hosts=_rpc_hosts(args),
         link=_link(args),
@@ -335,7 +332,7 @@ def run_compare(args: argparse.Namespace) -> int:
     """Print every quant side by side; return the exit code."""
     if is_repo(args.model):
         return _run_compare_repo(args)
-    spec = load_spec(args.model)
+    spec = load_model_spec(args.model)
     hardware = _hardware(args)
     settings = _compare_settings(args.ctx)
     factors = _factors(args, spec, hardware)
@@ -351,7 +348,8 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def _run_compare_repo(args: argparse.Namespace) -> int:
     """``ggtune compare REPO``: one row per quant file of the repo, headers read over HTTP."""
-    from app.sources.hf import list_repo, parse_repo, read_models
+    from app.sources.hf import list_repo, read_models
+    from app.sources.refs import parse_repo
 
     ref = parse_repo(args.model)
     listing = list_repo(ref)
@@ -433,7 +431,7 @@ def _print_compare_table(rows: list[dict[str, Any]], hardware: Hardware) -> None
 
 def run_recommend(args: argparse.Namespace) -> int:
     """Print the plan for ``--goal`` and why; return the exit code."""
-    spec = load_spec(args.model)
+    spec = load_model_spec(args.model)
     hardware = _hardware(args)
     goal = _goal(args, args.goal)
     factors = _factors(args, spec, hardware)
@@ -485,7 +483,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.ctx is None or args.min_tps is None:
         print("ggtune: plan needs --ctx and --min-tps (and --users for a target)", file=sys.stderr)
         return 2
-    spec = load_spec(args.model)
+    spec = load_model_spec(args.model)
     hardware = _hardware(args)
     goal = _goal(args, "users")
     factors = _factors(args, spec, hardware)

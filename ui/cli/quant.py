@@ -13,13 +13,14 @@ import argparse
 import json
 from typing import Any
 
+from app.model.catalog import is_catalog
 from app.model.gguf_reader import read_model
 from app.model.quality import QualityTable, load_quality, weight_quality
 from app.model.quant import QuantFailure, QuantResult, simulate_all
 from app.model.spec import ModelSpec, model_spec
+from app.sources.reading import load_model_spec
 from app.units import format_bytes
 from ui.cli.commands import COMMANDS
-from ui.cli.options import load_spec
 
 
 def register(sub: Any) -> None:
@@ -31,8 +32,8 @@ def register(sub: Any) -> None:
 
 
 def _load(path: str) -> tuple[ModelSpec, int]:
-    if path.startswith("catalog:"):
-        return load_spec(path), 0
+    if is_catalog(path):
+        return load_model_spec(path), 0
     model = read_model(path)
     return model_spec(model), model.shards[0].data_offset
 

@@ -79,13 +79,12 @@ from app.sources.hf import (
     ModelEntry,
     RemoteModel,
     RepoListing,
-    RepoRef,
     free_bytes,
     hub_cache_dir,
     list_repo,
-    parse_repo,
     read_models,
 )
+from app.sources.refs import RepoRef, parse_repo
 from app.units import format_bytes, format_tps
 from ui.desktop.banner import MessageBanner
 from ui.desktop.download import (

@@ -59,6 +59,7 @@ from PySide6.QtWidgets import (
 
 from app.errors import GGTuneError
 from app.hardware.devices import Hardware
+from app.model.catalog import is_catalog
 from app.model.spec import ModelSpec
 from app.planning.planner import (
     KV_TYPES,
@@ -637,7 +638,7 @@ class LatestJob(QObject):
 
 def model_file_bytes(spec: ModelSpec) -> int | None:
     """Return the size of the model's file, bytes (None when it cannot be read). Blocks."""
-    if spec.path.startswith("catalog:"):
+    if is_catalog(spec.path):
         return None
     try:
         return os.path.getsize(spec.path)

@@ -8,8 +8,8 @@ panel shows. The card words :func:`app.model.facts.describe_model`'s facts, so i
 A path ``catalog:NAME`` opens an entry of ggtune's model catalog (:mod:`app.model.catalog`)
 instead of a file, as ``ggtune estimate catalog:NAME`` does: its header is generated from
 the published config at F16, so it can be planned at any quant level before a byte is
-downloaded. :func:`is_catalog` tells such a model (or path) apart; there is no file to run
-or hash. :func:`catalog_summaries` lists the catalog for the Models panel::
+downloaded. :func:`app.model.catalog.is_catalog` tells such a model (or path) apart;
+there is no file to run or hash. :func:`catalog_summaries` lists the catalog for the Models panel::
 
     model = load_model("catalog:llama-3.1-70b")
     model.card.notes[0]  # "From ggtune's catalog (source: https://…): planned from …"
@@ -28,7 +28,9 @@ from app.model.catalog import (
     CATALOG_PREFIX,
     active_params,
     catalog_header,
+    catalog_key,
     catalog_keys,
+    is_catalog,
     load_entry,
 )
 from app.model.facts import describe_model
@@ -68,18 +70,6 @@ CATALOG_NO_FILE: Final = (
     "Face repo) to verify it on llama.cpp."
 )
 """What Verify says (and refuses with) for a catalog model."""
-
-
-def is_catalog(model_or_path: LoadedModel | str | os.PathLike[str]) -> bool:
-    """Return whether ``model_or_path`` is a catalog entry (``catalog:NAME``), not a file."""
-    path = model_or_path.path if isinstance(model_or_path, LoadedModel) else model_or_path
-    return os.fspath(path).startswith(CATALOG_PREFIX)
-
-
-def catalog_key(path: str) -> str:
-    """Return the entry name of a catalog path (``"catalog:qwen3-8b"`` → ``"qwen3-8b"``)."""
-    assert is_catalog(path), f"not a catalog path: {path!r}"
-    return path.removeprefix(CATALOG_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.model.catalog import CATALOG_DIR, catalog_keys
+from app.model.catalog import CATALOG_DIR, catalog_key, catalog_keys, is_catalog
 from app.sources.library import (
     Library,
     LibraryEntry,
@@ -68,10 +68,8 @@ from ui.desktop.jobs import run_job
 from ui.desktop.model_card import (
     CatalogSummary,
     LoadedModel,
-    catalog_key,
     catalog_summaries,
     describe_error,
-    is_catalog,
     load_catalog_model,
     load_demo_model,
     load_model,

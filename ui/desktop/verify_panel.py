@@ -63,6 +63,7 @@ from app.measured.bench_result import (
 )
 from app.measured.engine_report import EngineReport
 from app.measured.results_db import ResultsDB, StoredRun, quick_file_hash
+from app.model.catalog import is_catalog
 from app.model.spec import ModelSpec
 from app.predict.estimate import MemoryEstimate, estimate
 from app.predict.speed import predict_speed
@@ -73,7 +74,7 @@ from runner.dry_run import DryRun
 from runner.worker import Event, StepEvent
 from ui.desktop.banner import MessageBanner
 from ui.desktop.jobs import run_job
-from ui.desktop.model_card import CATALOG_NO_FILE, LoadedModel, describe_error, is_catalog
+from ui.desktop.model_card import CATALOG_NO_FILE, LoadedModel, describe_error
 from ui.desktop.record_table import RIGHT, RecordTableModel
 
 DRY_RUN_TIMEOUT_S: Final = 120.0
