@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Sequence
 from typing import Final
 
 from app.export.common import ExportText, powershell_join
@@ -56,6 +57,10 @@ FLAGS: Final = (
     "-ngld",
     "--host",
     "--port",
+    "-cram",
+    "-ctxcp",
+    "--mmproj",
+    "--no-mmproj-offload",
 )
 """Every flag :func:`llama_server_argv` may write (each exists in the pinned arg.cpp)."""
 
@@ -74,12 +79,18 @@ def llama_server_argv(
     n_threads: int | None = None,
     host: str | None = None,
     port: int | None = None,
+    mmproj_path: str | os.PathLike[str] | None = None,
+    mmproj_offload: bool = True,
+    cache_ram_mib: int | None = None,
+    ctx_checkpoints: int | None = None,
 ) -> tuple[str, ...]:
     """Return the argument vector that starts llama-server with exactly ``settings``.
 
     ``settings.n_ctx`` is all cells (``-c``), split over ``-np`` slots unless unified.
     A draft model adds ``-md FILE --spec-type draft-simple`` (without a type the draft
-    loads but never runs, llama.cpp #25345).
+    loads but never runs, llama.cpp #25345). ``mmproj_path`` adds ``--mmproj FILE``
+    (``--no-mmproj-offload`` unless offloaded); ``cache_ram_mib`` / ``ctx_checkpoints``
+    write ``-cram`` / ``-ctxcp`` (None: the server's defaults, 8192 MiB and 32).
     """
     s = settings
     argv: list[str] = [program, "-m", os.fspath(model_path)]
@@ -106,6 +117,14 @@ def llama_server_argv(
         argv += ["-md", os.fspath(draft_path), "--spec-type", "draft-simple"]
         if draft_gpu_layers is not None:
             argv += ["-ngld", "all" if draft_gpu_layers == ALL_LAYERS else str(draft_gpu_layers)]
+    if mmproj_path is not None:
+        argv += ["--mmproj", os.fspath(mmproj_path)]
+        if not mmproj_offload:
+            argv.append("--no-mmproj-offload")
+    if cache_ram_mib is not None:
+        argv += ["-cram", str(cache_ram_mib)]
+    if ctx_checkpoints is not None:
+        argv += ["-ctxcp", str(ctx_checkpoints)]
     if host is not None:
         argv += ["--host", host]
     if port is not None:
@@ -120,13 +139,31 @@ def export_llama_server(
     windows: bool = False,
     draft_path: str | os.PathLike[str] | None = None,
     n_threads: int | None = None,
+    fitting: Sequence[str] = (),
+    mmproj_path: str | os.PathLike[str] | None = None,
+    mmproj_offload: bool = True,
+    cache_ram_mib: int | None = None,
+    ctx_checkpoints: int | None = None,
 ) -> ExportText:
-    """Return the llama-server command line as a script for POSIX shells or PowerShell."""
-    argv = llama_server_argv(model_path, settings, draft_path=draft_path, n_threads=n_threads)
+    """Return the llama-server command line as a script for POSIX shells or PowerShell;
+    ``fitting`` are comment lines (what the server's own ``--fit`` would choose)."""
+    argv = llama_server_argv(
+        model_path,
+        settings,
+        draft_path=draft_path,
+        n_threads=n_threads,
+        mmproj_path=mmproj_path,
+        mmproj_offload=mmproj_offload,
+        cache_ram_mib=cache_ram_mib,
+        ctx_checkpoints=ctx_checkpoints,
+    )
+    comments = "".join(f"# {line}\n" for line in fitting)
     if windows:
         line = powershell_join(argv)
-        text = f"# llama-server for llama.cpp {LLAMA_CPP_BUILD[:7]} (PowerShell)\n{line}\n"
+        text = (
+            f"# llama-server for llama.cpp {LLAMA_CPP_BUILD[:7]} (PowerShell)\n{comments}{line}\n"
+        )
         return ExportText(text=text, filename="llama-server.ps1")
     line = shlex.join(argv)
-    text = f"#!/bin/sh\n# llama-server for llama.cpp {LLAMA_CPP_BUILD[:7]}\nexec {line}\n"
+    text = f"#!/bin/sh\n# llama-server for llama.cpp {LLAMA_CPP_BUILD[:7]}\n{comments}exec {line}\n"
     return ExportText(text=text, filename="llama-server.sh")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -198,10 +199,12 @@ def export_lmstudio(
     *,
     facts: ModelFacts | None = None,
     lmstudio_home: Path | None = None,
+    fitting: Sequence[str] = (),
 ) -> LMStudioExport:
     """Return LM Studio's load settings for ``settings`` (pure: reads and writes nothing)."""
     home = lmstudio_home if lmstudio_home is not None else default_lmstudio_home()
     fields, notes = lmstudio_fields(settings, facts)
+    notes = (*fitting, *notes)
     values = dict(fields)
     key = lmstudio_model_key(model_path, home / "models")
     config_path = None

@@ -584,6 +584,8 @@ def export_ollama(
     gpu_overhead_bytes: int | None = None,
     base_dir: Path | None = None,
     placeholder: bool = False,
+    num_gpu_auto: bool = False,
+    fitting: Sequence[str] = (),
 ) -> OllamaExport:
     """Return the Modelfile and server settings that make Ollama run ``settings``.
 
@@ -595,7 +597,9 @@ def export_ollama(
     local GGUF for speculative decoding (DRAFT; it must exist and differ from the model).
     Raise :class:`~app.errors.ExportError` for what Ollama cannot run at all: a KV type
     other than f16/q8_0/q4_0, different K and V types, a quantized cache without flash
-    attention.
+    attention. ``num_gpu_auto`` leaves ``num_gpu`` out, so Ollama passes no ``-ngl`` and
+    llama-server's ``--fit`` places the layers (``llm/llama_server.go``); ``fitting`` are
+    comment lines saying what that fit will do.
     """
     from_value, local = _resolve_model(model, base_dir=base_dir, placeholder=placeholder)
     notes: list[str] = []
@@ -661,12 +665,12 @@ def export_ollama(
         if local and not placeholder and os.path.samefile(draft_value, from_value):
             raise ExportError("DRAFT must not be the same file as FROM (parser.go)")
         commands.append(ModelfileCommand("draft", draft_value))
-    params: list[tuple[str, str]] = [
-        ("num_ctx", str(num_ctx)),
-        ("num_gpu", str(NUM_GPU_ALL if s.n_gpu_layers == ALL_LAYERS else s.n_gpu_layers)),
-        ("num_batch", str(s.n_ubatch)),
-        ("use_mmap", "true" if s.use_mmap else "false"),
-    ]
+    params: list[tuple[str, str]] = [("num_ctx", str(num_ctx))]
+    if not num_gpu_auto:
+        params.append(
+            ("num_gpu", str(NUM_GPU_ALL if s.n_gpu_layers == ALL_LAYERS else s.n_gpu_layers))
+        )
+    params += [("num_batch", str(s.n_ubatch)), ("use_mmap", "true" if s.use_mmap else "false")]
     if num_thread is not None:
         params.append(("num_thread", str(num_thread)))
     if num_predict is not None:
@@ -698,6 +702,7 @@ def export_ollama(
         f"Written by ggtune for {where}",
         f"engine context {view.n_ctx} tokens = num_ctx {num_ctx} x OLLAMA_NUM_PARALLEL "
         f"{s.n_parallel}; KV cache {s.cache_type_k}; flash attention {s.flash_attn}",
+        *fitting,
         f"Create it with: ollama create {model_name} -f Modelfile",
     ]
     text = format_modelfile(commands, comments=comments)

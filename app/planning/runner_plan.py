@@ -46,7 +46,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from app.errors import SettingsError
 from app.hardware.devices import Hardware
+from app.model.projector import Projector
 from app.model.spec import ModelSpec
 from app.planning.llama_fit import DEFAULT_FIT_CTX, DEFAULT_FIT_TARGET_MIB, FitResult, llama_fit
 from app.predict.estimate import MemoryEstimate, estimate, row_bytes
@@ -108,21 +110,6 @@ class RunnerOptions:
     mmproj_offload: bool | None = None
     ollama_context_length: int = 0
     ollama_gpu_overhead_bytes: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Projector:
-    """A vision/audio projector (mmproj) loaded beside the model.
-
-    ``weights_bytes`` is the file's tensor data; ``compute_bytes`` the compute buffer of
-    the warm-up image (``tools/mtmd/clip.cpp`` ``warmup``), modelled (see
-    :mod:`app.model.projector`); ``source`` says how it was found.
-    """
-
-    path: str
-    weights_bytes: int
-    compute_bytes: int
-    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +307,12 @@ def _plan_ollama(
     draft: ModelSpec | None,
 ) -> RunnerPlan:
     notes: list[str] = []
+    k, v = given.get("cache_type_k"), given.get("cache_type_v")
+    if k is not None and v is not None and k != v:
+        raise SettingsError(
+            f"Ollama has one KV cache type for K and V (OLLAMA_KV_CACHE_TYPE); K {k} and "
+            f"V {v} cannot be expressed — pick one type, or plan for llama-server"
+        )
     n_parallel = int(given.get("n_parallel", 1))  # type: ignore[call-overload]
     if spec.arch in OLLAMA_SINGLE_SLOT_FAMILIES and n_parallel != 1:
         notes.append(f"Ollama runs {spec.arch} with one slot (ollama#4165)")
@@ -656,6 +649,8 @@ def _words(
     per_slot = est.context.n_ctx_seq if est.context.n_stream > 1 else ctx
     if not gpus:
         where = "run in system RAM"
+    elif on_gpu == 0:
+        where = f"keep all {total_layers} layers in system RAM"
     else:
         used = [d.name for d in gpus if d.n_layers] or [gpus[0].name]
         names = used[0] if len(used) == 1 else f"{len(used)} GPUs"
@@ -697,6 +692,35 @@ def _words(
     return summary, details
 
 
+def fitting_comments(plan: RunnerPlan, *, pinned_in_export: bool) -> tuple[str, ...]:
+    """Return the comment lines an export carries about the runner's own fitting.
+
+    ``pinned_in_export``: the export writes the fitted values (llama-server with
+    ``--fit off``, LM Studio with autoFit off), or leaves them to the runner (Ollama's
+    ``num_gpu`` unset).
+    """
+    lines = [f"{plan.summary} (ggtune's reproduction of its fitting, for this machine)"]
+    fit = plan.fit
+    if fit is None:
+        return tuple(lines)
+    if fit.status == "fitted" and pinned_in_export:
+        lines.append(
+            f"{plan.title}'s own fit would pick {fit.args} here; pinned so it runs as planned"
+        )
+    elif fit.status == "fitted":
+        pin = (
+            f"PARAMETER num_gpu {fit.n_gpu_layers} pins the layers"
+            if plan.runner == "ollama" and fit.n_gpu_layers is not None
+            else "add the values to pin them"
+        )
+        lines.append(f"left to {plan.title}: its llama-server --fit picks {fit.args} here ({pin})")
+    elif fit.status == "failed":
+        lines.append(f"{plan.title}'s fit gives up here ({fit.message}): the pinned values run")
+    for note in plan.notes:
+        lines.append(note)
+    return tuple(lines)
+
+
 __all__ = [
     "DEFAULT_CACHE_RAM_MIB",
     "DEFAULT_CTX_CHECKPOINTS",
@@ -704,6 +728,7 @@ __all__ = [
     "RunnerOptions",
     "RunnerPlan",
     "checkpoint_bytes_each",
+    "fitting_comments",
     "ollama_auto_batch",
     "ollama_default_num_ctx",
     "plan_runner",

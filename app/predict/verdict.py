@@ -80,6 +80,31 @@ def _join(words: list[str]) -> str:
     return ", ".join(words[:-1]) + " and " + words[-1]
 
 
+def _growth_details(est: MemoryEstimate) -> list[str]:
+    """Say what the prompt cache and checkpoints may add with use, and when that is more
+    than a device holds (they are not part of the load-time verdict: they start empty)."""
+    lines = []
+    for d in est.devices:
+        if not d.growth_bytes:
+            continue
+        parts = []
+        if d.prompt_cache_bytes:
+            parts.append(
+                f"the prompt cache up to {format_bytes(d.prompt_cache_bytes)} (--cache-ram)"
+            )
+        if d.checkpoint_bytes:
+            parts.append(
+                f"context checkpoints up to {format_bytes(d.checkpoint_bytes)} (--ctx-checkpoints)"
+            )
+        line = f"{device_label(d)} grows with use: {_join(parts)}"
+        room = d.headroom_bytes
+        if room is not None and room < d.growth_bytes:
+            over = d.growth_bytes - max(room, 0)
+            line += f"; at their limits {format_bytes(over)} more than it has — set them lower"
+        lines.append(line)
+    return lines
+
+
 def verdict(est: MemoryEstimate, *, margin_bytes: int = DEFAULT_MARGIN_BYTES) -> Verdict:
     """Return whether ``est`` fits, in plain words.
 
@@ -167,6 +192,7 @@ def verdict(est: MemoryEstimate, *, margin_bytes: int = DEFAULT_MARGIN_BYTES) ->
         else:
             room = devices[-1].headroom_bytes or 0
             headline = f"Fits in system RAM with {format_bytes(room)} to spare"
+    details += _growth_details(est)
     return Verdict(
         level=level,
         headline=headline,

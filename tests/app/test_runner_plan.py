@@ -11,11 +11,11 @@ import pytest
 
 from app.hardware.devices import Device, Hardware
 from app.model.catalog import catalog_header
+from app.model.projector import Projector
 from app.model.quant import simulate_quant
 from app.model.spec import ModelSpec, model_spec
 from app.planning.runner_plan import (
     DEFAULT_CACHE_RAM_MIB,
-    Projector,
     RunnerOptions,
     checkpoint_bytes_each,
     ollama_auto_batch,

@@ -10,13 +10,14 @@ from dataclasses import asdict
 from typing import Any
 
 from app.model.spec import ModelSpec
-from app.predict.estimate import DeviceEstimate, MemoryEstimate, estimate
+from app.planning.runner_plan import RunnerPlan
+from app.predict.estimate import DeviceEstimate, MemoryEstimate
 from app.predict.verdict import verdict
 from app.settings import Settings
 from app.sources.reading import load_model_spec
 from app.units import format_bytes
 from ui.cli.commands import COMMANDS
-from ui.cli.options import add_settings_flags, hardware_from_args, settings_from_args
+from ui.cli.options import add_settings_flags, hardware_from_args, plan_from_args
 from ui.cli.output import print_table
 
 
@@ -25,6 +26,13 @@ def register(sub: Any) -> None:
     p_est = sub.add_parser("estimate", help=COMMANDS["estimate"].help)
     p_est.add_argument("model", help="path to a .gguf file (any shard of a split model)")
     add_settings_flags(p_est)
+    p_est.add_argument(
+        "-md",
+        "--model-draft",
+        dest="draft",
+        metavar="GGUF",
+        help="a draft model for speculative decoding (budgeted with every slot)",
+    )
     p_est.add_argument("--json", action="store_true", help="print one JSON object")
     p_est.add_argument(
         "--verify",
@@ -32,6 +40,45 @@ def register(sub: Any) -> None:
         help="also run llama.cpp's own dry run and show both side by side",
     )
     p_est.set_defaults(handler=run_estimate)
+
+
+def plan_dict(plan: RunnerPlan) -> dict[str, Any]:
+    """Return what the runner decides, as plain data (``runner`` in ``estimate --json``)."""
+    fit = plan.fit
+    return {
+        "name": plan.runner,
+        "summary": plan.summary,
+        "details": list(plan.details),
+        "notes": list(plan.notes),
+        "pinned": sorted(plan.pinned),
+        "decided": sorted(plan.decided),
+        "fit": None
+        if fit is None
+        else {
+            "status": fit.status,
+            "message": fit.message,
+            "args": fit.args,
+            "n_ctx": fit.n_ctx,
+            "n_ctx_reduced_from": fit.n_ctx_reduced_from,
+            "n_gpu_layers": fit.n_gpu_layers,
+            "tensor_split": list(fit.tensor_split),
+            "overrides": [list(o) for o in fit.buffer_overrides],
+            "steps": list(fit.steps),
+        },
+        "fit_target_mib": list(plan.margins_mib),
+        "fit_env": dict(plan.fit_env),
+        "cache_ram_mib": plan.cache_ram_mib,
+        "ctx_checkpoints": plan.ctx_checkpoints,
+        "projector": None
+        if plan.projector is None
+        else {
+            "path": plan.projector.path,
+            "source": plan.projector.source,
+            "weights_bytes": plan.projector.weights_bytes,
+            "compute_bytes": plan.projector.compute_bytes,
+            "on_gpu": plan.projector_on_gpu,
+        },
+    }
 
 
 def estimate_dict(spec: ModelSpec, settings: Settings, est: MemoryEstimate) -> dict[str, Any]:
@@ -56,7 +103,12 @@ def estimate_dict(spec: ModelSpec, settings: Settings, est: MemoryEstimate) -> d
                 "compute_bytes": d.compute_bytes,
                 "output_bytes": d.output_bytes,
                 "other_bytes": d.other_bytes,
+                "projector_bytes": d.projector_bytes,
+                "draft_bytes": d.draft_bytes,
+                "prompt_cache_bytes": d.prompt_cache_bytes,
+                "checkpoint_bytes": d.checkpoint_bytes,
                 "total_bytes": d.total_bytes,
+                "growth_bytes": d.growth_bytes,
                 "capacity_bytes": d.capacity_bytes,
                 "fits": _device_fits(est, d),
                 "n_layers": d.n_layers,
@@ -91,26 +143,45 @@ _COLUMNS = (
     ("compute", "compute_bytes"),
     ("output", "output_bytes"),
     ("other", "other_bytes"),
+    ("projector", "projector_bytes"),
+    ("draft", "draft_bytes"),
     ("total", "total_bytes"),
     ("capacity", "capacity_bytes"),
+    ("+prompt cache", "prompt_cache_bytes"),
+    ("+checkpoints", "checkpoint_bytes"),
 )
+"""Columns of the table; the last two grow with use (their limits), apart from the total."""
+_OPTIONAL = (
+    "recurrent_bytes",
+    "projector_bytes",
+    "draft_bytes",
+    "prompt_cache_bytes",
+    "checkpoint_bytes",
+)
+"""Columns left out when every device has none of it."""
 
 
 def _print_estimate(d: dict[str, Any]) -> None:
     ctx = d["context"]
     print(f"{d['model']['name'] or d['model']['path']} — {d['model']['architecture']}")
+    runner = d.get("runner")
+    if runner:
+        print(f"  {runner['summary']}")
+        for line in runner["details"]:
+            print(f"    {line}")
     print(
         f"  context {ctx['n_ctx']:,} cells ({ctx['n_stream']} × {ctx['n_ctx_seq']:,} per "
         f"stream), batch {ctx['n_batch']}/{ctx['n_ubatch']}, flash attention "
         f"{'on' if ctx['flash_attn'] else 'off'}, GPU layers {d['n_gpu_layers']}"
     )
-    rows = [["device", *[c for c, _ in _COLUMNS], "fits"]]
+    columns = [(c, k) for c, k in _COLUMNS if k not in _OPTIONAL or any(x[k] for x in d["devices"])]
+    rows = [["device", *[c for c, _ in columns], "fits"]]
     for dev in d["devices"]:
         fits = {True: "yes", False: "NO", None: "?"}[dev["fits"]]
         rows.append(
             [
                 f"{dev['name']} ({dev['kind']})",
-                *[format_bytes(dev[k], 2) for _, k in _COLUMNS],
+                *[format_bytes(dev[k], 2) for _, k in columns],
                 fits,
             ]
         )
@@ -128,6 +199,8 @@ def _print_estimate(d: dict[str, Any]) -> None:
             f"{c['type_v']} {format_bytes(c['v_bytes'], 2)}"
         )
     for note in d["notes"]:
+        print(f"  note: {note}")
+    for note in (runner or {}).get("notes", []):
         print(f"  note: {note}")
     if d["engine_checked"]:
         print(f"  engine-checked (llama.cpp's dry run): {', '.join(d['engine_checked'])}")
@@ -172,9 +245,11 @@ def _compare_rows(d: dict[str, Any], engine: Any) -> list[list[str]]:
 def run_estimate(args: argparse.Namespace) -> int:
     spec = load_model_spec(args.model)
     hardware = hardware_from_args(args)
-    settings = settings_from_args(args, hardware)
-    est = estimate(spec, settings, hardware)
+    draft = load_model_spec(args.draft) if args.draft else None
+    plan = plan_from_args(args, spec, hardware, model=args.model, draft=draft)
+    settings, est = plan.settings, plan.estimate
     data = estimate_dict(spec, settings, est)
+    data["runner"] = plan_dict(plan)
     engine = None
     analytic = data
     if args.verify:
@@ -189,14 +264,21 @@ def run_estimate(args: argparse.Namespace) -> int:
             data["engine"]["stand_in"] = str(result.target.path)
         checked = with_engine_figures(est, engine)
         if checked.engine_checked:
-            data = estimate_dict(spec, settings, checked) | {"engine": data["engine"]}
+            data = estimate_dict(spec, settings, checked) | {
+                "engine": data["engine"],
+                "runner": data["runner"],
+            }
         est = checked
-    data["verdict"] = verdict(est).headline
+    v = verdict(est)
+    data["verdict"] = v.headline
+    data["verdict_details"] = list(v.details)
     if args.json:
         print(json.dumps(data, indent=2))
     else:
         _print_estimate(data)
         print(f"  verdict: {data['verdict']}")
+        for line in data["verdict_details"]:
+            print(f"    {line}")
         if engine is not None:
             where = "a header stand-in" if "stand_in" in data["engine"] else "the model file"
             print(f"\nestimate vs llama.cpp (dry run on {where}, this machine):")

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from app.errors import ExportError, GGTuneError
 from app.export.common import ModelFacts, model_facts, write_text_atomic
+from app.planning.runner_plan import fitting_comments
+from app.settings import RunnerName
 from app.sources.library import (
     Library,
     add_folder,
@@ -25,9 +27,10 @@ from app.sources.library import (
     scan_library,
 )
 from app.sources.ollama_api import ollama_status, show_model
+from app.sources.reading import load_model_spec
 from app.units import format_bytes
 from ui.cli.commands import COMMANDS
-from ui.cli.options import add_settings_flags, hardware_from_args, settings_from_args
+from ui.cli.options import add_settings_flags, hardware_from_args, plan_from_args
 
 TARGETS = ("ollama", "lmstudio", "llama-server", "llama-cpp-python")
 SystemName = Literal["linux", "macos", "windows"]
@@ -83,18 +86,37 @@ def _resolve_model(text: str) -> str:
     return entry.path
 
 
+_RUNNER_OF_TARGET: dict[str, RunnerName] = {
+    "ollama": "ollama",
+    "lmstudio": "lmstudio",
+    "llama-server": "llama-server",
+    "llama-cpp-python": "llama-cpp-python",
+}
+
+
 def run_export(args: argparse.Namespace) -> int:
-    """Print or write the export; return the exit code."""
+    """Print or write the export; return the exit code.
+
+    The settings are what the target runner will run: its defaults (``--runner`` picks
+    another preset), the flags given, and its own fitting as ggtune reproduces it.
+    """
     path = _resolve_model(args.model)
     hardware = hardware_from_args(args)
-    settings = settings_from_args(args, hardware)
+    if args.runner is None:
+        args.runner = _RUNNER_OF_TARGET[args.to]
+    spec = load_model_spec(path)
+    plan = plan_from_args(args, spec, hardware, model=path)
+    settings = plan.settings
     facts: ModelFacts = model_facts(path)
     system: SystemName = args.system or _this_system()
     notes: tuple[str, ...] = ()
     after: str | None = None
+    projector = plan.projector
     if args.to == "ollama":
         from app.export.ollama import export_ollama
 
+        # num_gpu unset unless pinned: Ollama passes no -ngl and llama-server fits
+        auto = "n_gpu_layers" not in plan.pinned and args.runner == "ollama"
         out = export_ollama(
             path,
             settings,
@@ -103,6 +125,8 @@ def run_export(args: argparse.Namespace) -> int:
             draft=args.draft,
             num_thread=args.threads,
             stop=args.stop,
+            num_gpu_auto=auto,
+            fitting=fitting_comments(plan, pinned_in_export=not auto),
         )
         if args.output:
             text = out.modelfile
@@ -114,7 +138,9 @@ def run_export(args: argparse.Namespace) -> int:
     elif args.to == "lmstudio":
         from app.export.lmstudio import export_lmstudio, write_lmstudio_config
 
-        lms = export_lmstudio(path, settings, facts=facts)
+        lms = export_lmstudio(
+            path, settings, facts=facts, fitting=fitting_comments(plan, pinned_in_export=True)
+        )
         text = lms.config_json if args.output else lms.render()
         notes = lms.notes if args.output else ()
         if args.write_lmstudio_config:
@@ -129,6 +155,11 @@ def run_export(args: argparse.Namespace) -> int:
             windows=system == "windows",
             draft_path=args.draft,
             n_threads=args.threads,
+            fitting=fitting_comments(plan, pinned_in_export=True),
+            mmproj_path=projector.path if projector is not None else None,
+            mmproj_offload=plan.projector_on_gpu,
+            cache_ram_mib=args.cache_ram_mib,
+            ctx_checkpoints=args.ctx_checkpoints,
         )
         text, notes = res.text, res.notes
     else:

@@ -12,6 +12,10 @@ import math
 from typing import NoReturn
 
 from app.hardware.devices import Device, Hardware
+from app.model.projector import Projector
+from app.model.spec import ModelSpec
+from app.planning.llama_fit import DEFAULT_FIT_CTX
+from app.planning.runner_plan import RunnerOptions, RunnerPlan, plan_runner
 from app.settings import CACHE_TYPES, RUNNERS, RunnerName, Settings, runner_defaults
 from app.units import GIB
 
@@ -91,12 +95,25 @@ def nonnegative_number(value: str) -> float:
     return _number(value, low=0.0, allow_low=True)
 
 
+def _mib_list(value: str) -> tuple[int, ...]:
+    try:
+        parts = tuple(int(p) for p in value.replace("/", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected MiB like 1024 or 1024,2048, got {value!r}"
+        ) from None
+    if any(p < 0 for p in parts):
+        raise argparse.ArgumentTypeError("fit targets must be ≥ 0 MiB")
+    return parts
+
+
 def add_settings_flags(p: argparse.ArgumentParser) -> None:
     """Add llama-server's settings flags and the runner/hardware options to ``p``."""
     g = p.add_argument_group("settings (llama-server's flags; unset = the runner's default)")
     g.add_argument(
         "-c",
         "--ctx-size",
+        "--ctx",
         type=int,
         dest="n_ctx",
         metavar="N",
@@ -212,12 +229,76 @@ def add_settings_flags(p: argparse.ArgumentParser) -> None:
         dest="offload_kqv",
         help="keep the KV cache in system RAM",
     )
+    r = p.add_argument_group(
+        "the runner's own choices (llama-server's flags; Ollama and LM Studio run it)"
+    )
+    r.add_argument(
+        "-fit",
+        "--fit",
+        type=_on_off,
+        dest="fit",
+        metavar="on|off",
+        help="llama.cpp fits unset settings to free memory (default on)",
+    )
+    r.add_argument(
+        "-fitt",
+        "--fit-target",
+        type=_mib_list,
+        dest="fit_target_mib",
+        metavar="MiB[,MiB]",
+        help="memory --fit leaves free per device (default 1024)",
+    )
+    r.add_argument(
+        "-fitc",
+        "--fit-ctx",
+        type=int,
+        dest="fit_ctx",
+        metavar="N",
+        help="least context --fit may shrink an unset -c to (default 4096)",
+    )
+    r.add_argument(
+        "-cram",
+        "--cache-ram",
+        type=int,
+        dest="cache_ram_mib",
+        metavar="MiB",
+        help="host prompt cache limit (default 8192; -1 no limit, 0 off)",
+    )
+    r.add_argument(
+        "-ctxcp",
+        "--ctx-checkpoints",
+        type=int,
+        dest="ctx_checkpoints",
+        metavar="N",
+        help="context checkpoints kept per slot (default 32)",
+    )
+    r.add_argument(
+        "-mm",
+        "--mmproj",
+        dest="mmproj",
+        metavar="FILE",
+        help="a vision/audio projector (default: an mmproj*.gguf found beside the model)",
+    )
+    r.add_argument(
+        "--no-mmproj",
+        action="store_true",
+        dest="no_mmproj",
+        help="plan without a projector even if one is found",
+    )
+    r.add_argument(
+        "--no-mmproj-offload",
+        action="store_const",
+        const=False,
+        dest="mmproj_offload",
+        help="keep the projector in system RAM",
+    )
     h = p.add_argument_group("runner and hardware")
     h.add_argument(
         "--runner",
         choices=RUNNERS,
-        default="llama-server",
-        help="whose defaults fill unset flags (default: llama-server)",
+        default=None,
+        help="whose defaults and own fitting fill unset flags (default: llama-server; "
+        "export: the runner exported for)",
     )
     h.add_argument(
         "--gpu-mem",
@@ -261,21 +342,89 @@ _SETTING_FIELDS = (
 )
 
 
-def settings_from_args(args: argparse.Namespace, hardware: Hardware) -> Settings:
-    """Return the runner's defaults overridden by the flags the user gave."""
-    runner: RunnerName = args.runner
-    gpu_total = sum(g.capacity_bytes or 0 for g in hardware.gpus)
-    base = runner_defaults(runner, gpu_total_bytes=gpu_total)
-    given = {f: getattr(args, f) for f in _SETTING_FIELDS if getattr(args, f) is not None}
+def runner_of(args: argparse.Namespace) -> RunnerName:
+    """Return the runner the user chose (``--runner``), llama-server when none."""
+    runner: RunnerName = getattr(args, "runner", None) or "llama-server"
+    return runner
+
+
+def given_from_args(args: argparse.Namespace) -> dict[str, object]:
+    """Return the settings the user set, in llama.cpp's terms (Ollama's -c is per slot)."""
+    runner = runner_of(args)
+    given = {f: getattr(args, f) for f in _SETTING_FIELDS if getattr(args, f, None) is not None}
     if runner == "ollama" and "n_parallel" in given and "n_ctx" in given:
         # Ollama passes -c num_ctx*parallel: keep the user's per-slot meaning
         given["n_ctx"] = given["n_ctx"] * given["n_parallel"]
     if "n_batch" in given and "n_ubatch" not in given and runner == "ollama":
         given["n_ubatch"] = given["n_batch"]  # num_batch sets both -b and -ub
+    return given
+
+
+def settings_from_args(args: argparse.Namespace, hardware: Hardware) -> Settings:
+    """Return the runner's defaults overridden by the flags the user gave (before the
+    runner's own fitting; :func:`plan_from_args` has what it will run)."""
+    runner = runner_of(args)
+    gpu_total = sum(g.capacity_bytes or 0 for g in hardware.gpus)
+    base = runner_defaults(runner, gpu_total_bytes=gpu_total)
+    given = given_from_args(args)
     if "n_parallel" in given and "kv_unified" not in given and runner == "llama-server":
         # setting -np turns llama-server's unified cache off (PR #16736)
         given["kv_unified"] = False
     return base.replace(**given)
+
+
+def options_from_args(args: argparse.Namespace) -> RunnerOptions:
+    """Return the runner knobs the user set (fit, prompt cache, checkpoints, projector)."""
+    fit = getattr(args, "fit", None)
+    fit_ctx = getattr(args, "fit_ctx", None)
+    return RunnerOptions(
+        fit=True if fit is None else fit,
+        fit_target_mib=getattr(args, "fit_target_mib", None) or (),
+        fit_ctx=DEFAULT_FIT_CTX if fit_ctx is None else fit_ctx,
+        cache_ram_mib=getattr(args, "cache_ram_mib", None),
+        ctx_checkpoints=getattr(args, "ctx_checkpoints", None),
+        mmproj_offload=getattr(args, "mmproj_offload", None),
+    )
+
+
+def projector_from_args(args: argparse.Namespace, model: str) -> Projector | None:
+    """Return the projector to budget: ``--mmproj``, else one found for the model file."""
+    from app.model.projector import read_projector
+
+    if getattr(args, "no_mmproj", False):
+        return None
+    given = getattr(args, "mmproj", None)
+    if given:
+        return read_projector(given, source="--mmproj")
+    if model.startswith(("catalog:", "http://", "https://")):
+        return None
+    from app.sources.projectors import find_projector
+
+    found = find_projector(model)
+    if found is None:
+        return None
+    return read_projector(found[0], source=found[1])
+
+
+def plan_from_args(
+    args: argparse.Namespace,
+    spec: ModelSpec,
+    hardware: Hardware,
+    *,
+    model: str | None = None,
+    draft: ModelSpec | None = None,
+) -> RunnerPlan:
+    """Return what the chosen runner will run: its defaults, the flags given, its fitting."""
+    projector = projector_from_args(args, model if model is not None else spec.path)
+    return plan_runner(
+        spec,
+        runner_of(args),
+        hardware,
+        given=given_from_args(args),
+        options=options_from_args(args),
+        projector=projector,
+        draft=draft,
+    )
 
 
 def hardware_from_args(args: argparse.Namespace) -> Hardware:
