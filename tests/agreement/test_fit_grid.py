@@ -1,7 +1,7 @@
 """ggtune's reproduction of llama-server's ``--fit`` against llama.cpp's own fitter.
 
 ``llama-fit-params`` (built from the pinned sdist by the set-up) fits header stand-ins of
-catalog models (8B, 27B with a sliding window, 70B, a 30B MoE; tests/agreement/standins.py)
+catalog models (8B, 27B with a sliding window, 70B, a 30B MoE; app/model/standin.py)
 to ggml-rpc-servers on loopback. An RPC server shows llama.cpp one device with the
 machine's free RAM; ``--fit-target`` margins of (free − wanted size) make devices of any
 size. Each case is checked twice:
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +40,8 @@ from app.model.spec import ModelSpec, model_spec
 from app.planning.llama_fit import FitMeasurement, FitResult, llama_fit
 from app.predict.estimate import estimate
 from app.settings import ALL_LAYERS, Settings, runner_defaults
+from app.sources.standins import write_model_standin
 from runner.llama_tools import LlamaTools
-from tests.agreement.standins import write_standin
 from tests.llama_tools import RpcServer, running_rpc_servers
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
@@ -127,17 +128,36 @@ class Engine:
         return [*argv, *flags]
 
     def run(self, *flags: str) -> subprocess.CompletedProcess[str]:
-        self.runs += 1
-        out = subprocess.run(
-            self.argv(*flags), capture_output=True, text=True, timeout=300, check=False
-        )
-        assert out.returncode in (0, 1), f"llama-fit-params {flags}: {out.stderr[-2000:]}"
-        return out
+        """Run llama-fit-params; again (up to 3 times) when a server did not answer.
+
+        ggml-rpc-server serves one client at a time; right after the previous run's exit
+        a connection can be refused, and llama.cpp then goes on without that device.
+        """
+        if "-lv" not in flags:
+            flags = (*flags, "-lv", "4")  # the memory table names every device it used
+        for attempt in range(3):
+            self.runs += 1
+            out = subprocess.run(
+                self.argv(*flags), capture_output=True, text=True, timeout=300, check=False
+            )
+            assert out.returncode in (0, 1), f"llama-fit-params {flags}: {out.stderr[-2000:]}"
+            if all(f"({s.endpoint})" in out.stderr for s in self.servers):
+                return out
+            time.sleep(0.5 * (attempt + 1))
+        missing = [s.endpoint for s in self.servers if f"({s.endpoint})" not in out.stderr]
+        raise AssertionError(f"llama-fit-params did not reach {missing}: {out.stderr[-1500:]}")
 
     def free_mib(self) -> list[tuple[str, str, int]]:
         """Return (name, endpoint, free MiB) per device, as the fitter's first dry run saw."""
         out = self.run("-fitp", "on", "-lv", "4", "-c", "512", "-ngl", "0")
-        return _first_rows(out.stderr)
+        rows = _first_rows(out.stderr)
+        dead = [
+            f"{s.endpoint} exited {s.process.returncode}: {s.output()[-500:]}"
+            for s in self.servers
+            if s.process.poll() is not None
+        ]
+        assert len(rows) == len(self.servers), f"devices {rows}; servers gone: {dead}"
+        return rows
 
     def breakdown(self, settings: Settings) -> dict[str, tuple[int, int, int]]:
         """Return (model, context, compute) MiB per device and ``Host`` (``-fitp on``)."""
@@ -193,7 +213,7 @@ def specs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[ModelSpec
     for key, (name, quant) in MODELS.items():
         header = catalog_header(name)
         spec = simulate_quant(model_spec(header), quant).spec
-        out[key] = (spec, write_standin(spec, header.metadata, folder / f"{name}-{quant}.gguf"))
+        out[key] = (spec, write_model_standin(spec, header, folder=folder).path)
     return out
 
 
