@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.errors import SettingsError
+from app.errors import EngineError, SettingsError
 from app.hardware.devices import Hardware
 from app.hardware.probe import local_cpu_flags
 from app.model.catalog import catalog_header, catalog_keys
@@ -88,6 +88,7 @@ def catalog_table(folder: Path) -> None:
         "| worst case |"
     )
     print("|---|---|---:|---:|---:|---:|---|")
+    aborted: list[str] = []
     for key in catalog_keys():
         spec = model_spec(catalog_header(key))
         valid = []
@@ -98,10 +99,18 @@ def catalog_table(folder: Path) -> None:
                 continue
             valid.append(s)
         made = write_model_standin(spec, folder=folder)
-        reports = dry_run_many(made.path, valid, timeout_s=600)
+        try:
+            pairs = list(zip(valid, dry_run_many(made.path, valid, timeout_s=600), strict=True))
+        except EngineError:
+            pairs = []  # one settings aborts llama.cpp: run them one by one to see which
+            for s in valid:
+                try:
+                    pairs.append((s, dry_run(made.path, s, timeout_s=600)))
+                except EngineError as err:
+                    aborted.append(f"| {key} | {describe(s)} | {str(err)[:90]} |")
         weights_ok = kv_ok = 0
         errors = []
-        for s, report in zip(valid, reports, strict=True):
+        for s, report in pairs:
             est = estimate(spec, s, hw)
             weights_ok += report.model_size_bytes == spec.weights_bytes
             ours = [
@@ -119,10 +128,17 @@ def catalog_table(folder: Path) -> None:
         worst = max(errors, key=lambda e: abs(e[0]))
         lo, hi = min(e[0] for e in errors), max(e[0] for e in errors)
         print(
-            f"| {key} | {spec.arch} | {len(valid)} | {weights_ok}/{len(valid)} | "
-            f"{kv_ok}/{len(valid)} | {lo:+.1f}% … {hi:+.1f}% | "
+            f"| {key} | {spec.arch} | {len(pairs)} | {weights_ok}/{len(pairs)} | "
+            f"{kv_ok}/{len(pairs)} | {lo:+.1f}% … {hi:+.1f}% | "
             f"{worst[1]}: {worst[2]:.2f} vs {worst[3]:.2f} MiB |"
         )
+    if aborted:
+        print()
+        print("Settings llama.cpp aborted on (the stand-in loads; the context does not):")
+        print()
+        print("| catalog entry | settings | engine |")
+        print("|---|---|---|")
+        print("\n".join(aborted))
 
 
 def main() -> None:
@@ -132,8 +148,9 @@ def main() -> None:
         f"Python {platform.python_version()}; {time.strftime('%Y-%m-%d %H:%M')}",
         file=sys.stderr,
     )
-    timing(folder)
-    print()
+    if "--catalog-only" not in sys.argv:
+        timing(folder)
+        print()
     catalog_table(folder)
 
 
