@@ -5,6 +5,7 @@ This is the minimal description the estimator needs; detection and profiles buil
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -72,5 +73,44 @@ class Hardware:
 
         GPUs are named as llama.cpp's CUDA backend names them (CUDA0, CUDA1, …).
         """
-        gpus = tuple(Device(f"CUDA{i}", "gpu", b) for i, b in enumerate(gpu_bytes))
-        return cls(host=Device("CPU", "host", ram_bytes, cpu_flags=cpu_flags), gpus=gpus)
+        gpus = tuple(planned_gpu(i, b) for i, b in enumerate(gpu_bytes))
+        return cls(host=planned_host(ram_bytes, cpu_flags), gpus=gpus)
+
+
+# --- machines the user describes by size ---------------------------------------------
+
+
+def planned_gpu(index: int, capacity_bytes: int) -> Device:
+    """Return a GPU the user gave by its size: ``CUDA<index>``, all of it for the model.
+
+    A planned device has nothing known in use: its free memory is unknown (``None``), so
+    the estimate and the planner take its capacity, as for every machine not probed.
+    """
+    return Device(f"CUDA{index}", "gpu", capacity_bytes, memory_bytes=capacity_bytes)
+
+
+def planned_host(ram_bytes: int | None, cpu_flags: tuple[str, ...] = ()) -> Device:
+    """Return system RAM the user gave by its size (free unknown, as :func:`planned_gpu`)."""
+    return Device("CPU", "host", ram_bytes, memory_bytes=ram_bytes, cpu_flags=cpu_flags)
+
+
+def planned_hardware(
+    base: Hardware,
+    *,
+    gpu_bytes: Sequence[int] | None = None,
+    ram_bytes: int | None = None,
+) -> Hardware:
+    """Return ``base`` with the GPUs and/or the system RAM the user planned instead.
+
+    ``gpu_bytes`` (one size per GPU) replaces all of ``base``'s GPUs, ``ram_bytes`` its
+    host (keeping the CPU's ISA flags: they decide llama.cpp's CPU repack buffers); what is
+    not given stays as ``base`` has it. ``ggtune estimate --gpu-mem/--ram``, the desktop's
+    "Plan GPUs" and a composition's bare "64 GB" all build their machines here.
+    """
+    host = base.host if ram_bytes is None else planned_host(ram_bytes, base.host.cpu_flags)
+    gpus = (
+        base.gpus
+        if gpu_bytes is None
+        else tuple(planned_gpu(i, b) for i, b in enumerate(gpu_bytes))
+    )
+    return Hardware(host=host, gpus=gpus)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from app.errors import HardwareProfileError, StateFileError
-from app.hardware.devices import Device, Hardware
+from app.hardware.devices import Device, Hardware, planned_host
 from app.paths import data_dir
 from app.state_files import load_toml
 from app.units import GIB
@@ -473,7 +473,7 @@ def compose(
             rest = size.group(3).strip()
             if not rest:
                 ram = round(gib * GIB)
-                set_host(Device("CPU", "host", ram, None, memory_bytes=ram), term)
+                set_host(planned_host(ram), term)
                 continue
             prof = profiles.get(rest)
             if prof.kind != "host":

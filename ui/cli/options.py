@@ -11,7 +11,7 @@ import argparse
 import math
 from typing import NoReturn
 
-from app.hardware.devices import Device, Hardware
+from app.hardware.devices import Device, Hardware, planned_hardware
 from app.model.projector import Projector
 from app.model.spec import ModelSpec
 from app.planning.llama_fit import DEFAULT_FIT_CTX
@@ -439,12 +439,8 @@ def hardware_from_args(args: argparse.Namespace) -> Hardware:
 
         planned = hardware_from_profile(args.profile, here, gpu_mem_given=bool(args.gpu_mem))
         host, gpus = planned.host, planned.gpus
-    if args.ram is not None:
-        ram = int(args.ram * GIB)
-        host = Device("CPU", "host", ram, ram, cpu_flags=host.cpu_flags)
-    if args.gpu_mem:
-        gpus = tuple(
-            Device(f"CUDA{i}", "gpu", int(g * GIB), int(g * GIB))
-            for i, g in enumerate(args.gpu_mem)
-        )
-    return Hardware(host=host, gpus=gpus)
+    return planned_hardware(
+        Hardware(host=host, gpus=gpus),
+        gpu_bytes=[int(g * GIB) for g in args.gpu_mem] if args.gpu_mem else None,
+        ram_bytes=None if args.ram is None else int(args.ram * GIB),
+    )

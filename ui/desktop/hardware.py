@@ -14,7 +14,7 @@ from typing import Literal
 
 from PySide6.QtCore import QObject, Signal
 
-from app.hardware.devices import Device, Hardware
+from app.hardware.devices import Hardware, planned_hardware
 from app.hardware.probe import local_hardware
 from app.units import GIB, format_bytes
 from ui.desktop.jobs import run_job
@@ -48,18 +48,6 @@ def describe_hardware(hardware: Hardware) -> str:
     else:
         gpus = " + ".join("?" if s is None else format_bytes(s) for s in sizes) + " GPUs"
     return f"{gpus}, {ram_text}"
-
-
-def planned_hardware(gpu_gib: list[float], ram_gib: float, host: Device | None) -> Hardware:
-    """Return GPUs of the given sizes (GiB) and ``ram_gib`` of system RAM.
-
-    The CPU's ISA flags come from ``host`` (this machine) when known, since they decide
-    llama.cpp's CPU repack buffers.
-    """
-    assert all(g > 0 for g in gpu_gib), f"GPU sizes must be > 0 GiB, got {gpu_gib}"
-    flags = host.cpu_flags if host is not None else ()
-    gpus = tuple(Device(f"CUDA{i}", "gpu", int(g * GIB)) for i, g in enumerate(gpu_gib))
-    return Hardware(host=Device("CPU", "host", int(ram_gib * GIB), cpu_flags=flags), gpus=gpus)
 
 
 class HardwareController(QObject):
@@ -114,8 +102,11 @@ class HardwareController(QObject):
 
     def plan_gpus(self, gpu_gib: list[float], ram_gib: float) -> None:
         """Plan for GPUs of ``gpu_gib`` GiB each and ``ram_gib`` GiB of system RAM."""
-        host = None if self._local is None else self._local.host
-        hardware = planned_hardware(gpu_gib, ram_gib, host)
+        assert all(g > 0 for g in gpu_gib), f"GPU sizes must be > 0 GiB, got {gpu_gib}"
+        # this machine's CPU flags (they decide llama.cpp's CPU repack buffers) when known
+        base = self._local or Hardware.cpu_only()
+        gpu_bytes = [int(g * GIB) for g in gpu_gib]
+        hardware = planned_hardware(base, gpu_bytes=gpu_bytes, ram_bytes=int(ram_gib * GIB))
         self.set_hardware(hardware, f"Planned: {describe_hardware(hardware)}", "planned")
 
     def _on_probe_done(self, hardware: Hardware) -> None:
