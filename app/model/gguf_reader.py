@@ -312,6 +312,10 @@ class Header:
     """Where the tensor infos start, in bytes from the start of the GGUF (the header,
     counts and metadata come before): a stand-in with other tensor types keeps the bytes
     before it (app/model/standin.py)."""
+    value_types: Mapping[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    """Each key's GGUF value type code and, for an array, its item type (-1 otherwise).
+    llama.cpp reads a scalar key as one exact type and refuses any other
+    (src/llama-model-loader.cpp, ``GGUFMeta::GKV::get_kv``), so the spec checks them."""
 
     def get(self, key: str, default: object = None) -> object:
         """Return the value of ``key``, or ``default`` when it is absent."""
@@ -416,6 +420,11 @@ class ModelFile:
     def header(self) -> Header:
         """Return shard 0's header (its typed accessors read the model's metadata)."""
         return self.shards[0]
+
+    @property
+    def value_types(self) -> Mapping[str, tuple[int, int]]:
+        """Return shard 0's value types (see :attr:`Header.value_types`)."""
+        return self.shards[0].value_types
 
 
 # --------------------------------------------------------------------------- reading
@@ -860,13 +869,15 @@ class _Cursor:
 class _Parser:
     """Parse GGUF structures from a cursor; arrays above ``max_inline`` items stay lazy."""
 
-    __slots__ = ("cursor", "inline_left", "max_inline")
+    __slots__ = ("cursor", "inline_left", "item_type", "max_inline")
 
     def __init__(self, cursor: _Cursor, max_inline: int) -> None:
         self.cursor = cursor
         self.max_inline = max_inline
         self.inline_left = MAX_INLINE_BYTES
         """File bytes of small arrays that may still become tuples (MAX_INLINE_BYTES)."""
+        self.item_type = -1
+        """Item type of the last top-level array read."""
 
     def header(self) -> Header:
         """Parse a whole GGUF header (mirrors gguf.cpp gguf_init_from_reader)."""
@@ -900,6 +911,7 @@ class _Parser:
             )
 
         metadata: dict[str, object] = {}
+        value_types: dict[str, tuple[int, int]] = {}
         alignment_type = alignment_offset = -1
         for _ in range(n_kv):
             key_offset = cur.offset
@@ -910,6 +922,7 @@ class _Parser:
                 raise InvalidMetadataError(name, key_offset, f"duplicate metadata key {key!r}")
             value_type = cur.u32("a metadata value type")
             metadata[key] = self.value(value_type, cur.offset - 4, key)
+            value_types[key] = (value_type, self.item_type if value_type == _ARRAY else -1)
             if key == _KEY_ALIGNMENT:
                 alignment_type, alignment_offset = value_type, key_offset
 
@@ -955,6 +968,7 @@ class _Parser:
             metadata=metadata,
             tensors=tensors,
             metadata_end=metadata_end,
+            value_types=value_types,
         )
 
     def magic(self) -> None:
@@ -1017,6 +1031,8 @@ class _Parser:
         """Read an array value: a tuple, or a LazyArray above ``max_inline`` items."""
         cur = self.cursor
         item_type, count = self.array_head(key, depth)
+        if depth == 1:
+            self.item_type = item_type
         start = cur.offset
         if count <= self.max_inline and self.inline_left > 0:
             items = self.items(item_type, count, depth, key)

@@ -15,6 +15,7 @@ from typing import Final, Literal, Protocol
 
 from app.errors import InvalidMetadataError
 from app.model.arch_table import ARCH_RULES, UNCHECKED_ARCHS, ArchRule, SwaRule
+from app.model.refusals import check_llama_cpp_rules
 
 TensorRole = Literal[
     "token_embedding",
@@ -669,7 +670,7 @@ def model_spec(header: HeaderLike) -> ModelSpec:
     rope_value = md.get(meta.key("rope.scaling.type"))
     name_value = md.get("general.name")
 
-    return ModelSpec(
+    spec = ModelSpec(
         path=path,
         arch=arch,
         name=name_value if isinstance(name_value, str) else None,
@@ -718,3 +719,5 @@ def model_spec(header: HeaderLike) -> ModelSpec:
         family=rule.family if arch in ARCH_RULES else "",
         kv_status=kv_status,
     )
+    check_llama_cpp_rules(header, spec)  # never a verdict on a file llama.cpp refuses
+    return spec

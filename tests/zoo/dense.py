@@ -28,7 +28,16 @@ from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter, Keys, LlamaFileType, TokenType, quants
+from gguf import (
+    GGMLQuantizationType,
+    GGUFValueType,
+    GGUFWriter,
+    Keys,
+    LlamaFileType,
+    TokenType,
+    quants,
+)
+from gguf.gguf_writer import GGUFValue
 
 F16 = GGMLQuantizationType.F16
 Q8_0 = GGMLQuantizationType.Q8_0
@@ -241,8 +250,19 @@ def _put(writer: GGUFWriter, key: str, value: object) -> None:
         raise TypeError(f"unsupported metadata value {value!r} for {key}")
 
 
-def write_spec(spec: Spec, path: Path, name: str) -> None:
-    """Write the model ``spec`` describes to ``path``."""
+Override = tuple[GGUFValueType, object, GGUFValueType | None] | None
+"""A metadata value to write instead: (type, value, array item type), or None to drop."""
+
+
+def write_spec(
+    spec: Spec, path: Path, name: str, *, overrides: Mapping[str, Override] | None = None
+) -> None:
+    """Write the model ``spec`` describes to ``path``.
+
+    ``overrides`` replace (or, with None, drop) metadata keys just before the header is
+    written, with the exact GGUF types given: tests/runner/test_refusals_agree.py writes
+    hyperparameters llama.cpp should refuse on tensors made for the real ones.
+    """
     a = spec.arch
     writer = GGUFWriter(str(path), a)
     writer.add_name(f"ggtune-zoo-{name}")
@@ -287,6 +307,13 @@ def write_spec(spec: Spec, path: Path, name: str) -> None:
         data, raw_dtype = _tensor_data(spec, shape, kind, rng)
         writer.add_tensor(tensor_name, data, raw_dtype=raw_dtype)
 
+    for key, override in (overrides or {}).items():
+        key = key.format(arch=a)
+        if override is None:
+            writer.kv_data[0].pop(key, None)
+        else:
+            vtype, value, sub_type = override
+            writer.kv_data[0][key] = GGUFValue(value=value, type=vtype, sub_type=sub_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
