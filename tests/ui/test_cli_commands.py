@@ -7,8 +7,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from ui.cli.commands import COMMANDS
-from ui.cli.main import build_parser
+from ui.cli.main import build_parser, run
+from ui.cli.output import EXIT_USAGE
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:  # type: ignore[type-arg]
@@ -47,3 +50,11 @@ def test_ggtune_inspect_imports_no_other_command_module() -> None:
     loaded = json.loads(proc.stdout.strip().splitlines()[-1])
     commands = {c.module for c in COMMANDS.values()}
     assert set(loaded) & commands == {"ui.cli.inspect"}
+
+
+def test_a_usage_error_points_at_the_right_help(capsys: pytest.CaptureFixture[str]) -> None:
+    # The top-level parser once said "see ggtune ggtune --help".
+    assert run(["bogus"]) == EXIT_USAGE
+    assert capsys.readouterr().err.strip().endswith("(see ggtune --help)")
+    assert run(["inspect"]) == EXIT_USAGE
+    assert capsys.readouterr().err.strip().endswith("(see ggtune inspect --help)")

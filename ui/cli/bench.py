@@ -36,13 +36,12 @@ from app.sources.reading import load_model_spec
 from app.units import format_bytes
 from ui.cli.commands import COMMANDS
 from ui.cli.options import (
-    EXIT_USAGE,
     add_settings_flags,
     hardware_from_args,
     positive_number,
     settings_from_args,
 )
-from ui.cli.output import print_table
+from ui.cli.output import EXIT_USAGE, print_table
 
 
 def register(sub: Any) -> None:

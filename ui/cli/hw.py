@@ -22,7 +22,7 @@ from app.hardware.probe import HardwareReport, detect
 from app.hardware.profiles import ProfileSet, compose, load_profiles
 from app.units import format_bytes
 from ui.cli.commands import COMMANDS
-from ui.cli.options import EXIT_USAGE
+from ui.cli.output import EXIT_USAGE
 
 
 def hardware_from_profile(text: str, here: Hardware, *, gpu_mem_given: bool = False) -> Hardware:

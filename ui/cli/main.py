@@ -20,7 +20,7 @@ from typing import NoReturn
 
 from app.errors import GGTuneError
 from ui.cli.commands import COMMANDS
-from ui.cli.options import EXIT_USAGE, Parser
+from ui.cli.output import EXIT_USAGE, Parser
 
 Handler = Callable[[argparse.Namespace], int]
 

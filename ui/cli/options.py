@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import NoReturn
 
 from app.hardware.devices import Device, Hardware, planned_hardware
 from app.model.projector import Projector
@@ -18,16 +17,6 @@ from app.planning.llama_fit import DEFAULT_FIT_CTX
 from app.planning.runner_plan import RunnerOptions, RunnerPlan, plan_runner
 from app.settings import CACHE_TYPES, RUNNERS, RunnerName, Settings, runner_defaults
 from app.units import GIB
-
-EXIT_USAGE = 2
-"""Exit status of a usage error or of any :class:`~app.errors.GGTuneError`."""
-
-
-class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are one line and exit code 2 (no usage dump)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"ggtune: {message} (see ggtune {self.prog.split()[-1]} --help)\n")
 
 
 def _on_off(value: str) -> bool:

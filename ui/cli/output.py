@@ -1,6 +1,9 @@
-"""How the CLI prints: sizes with their unit and plain-text tables."""
+"""How the CLI writes: plain-text tables, and usage errors as one line with exit code 2."""
 
 from __future__ import annotations
+
+import argparse
+from typing import NoReturn
 
 
 def print_table(rows: list[list[str]]) -> None:
@@ -15,3 +18,16 @@ def print_table(rows: list[list[str]]) -> None:
         )
         if j == 0:
             print("  ".join("-" * w for w in widths))
+
+
+EXIT_USAGE = 2
+"""Exit status of a usage error or of any :class:`~app.errors.GGTuneError`."""
+
+
+class Parser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are one line and exit code 2 (no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.split()[1:]  # "ggtune" or "ggtune inspect"
+        see = " ".join(["ggtune", *command, "--help"])
+        self.exit(EXIT_USAGE, f"ggtune: {message} (see {see})\n")
