@@ -27,13 +27,22 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from app.errors import ExportError
+
+if TYPE_CHECKING:
+    from app.model.spec import ModelSpec
+
+SystemName = Literal["linux", "macos", "windows"]
+"""The operating systems an export writes instructions for."""
 
 __all__ = [
     "ExportText",
     "ModelFacts",
+    "SystemName",
     "backup_path",
+    "facts_from_spec",
     "model_facts",
     "powershell_join",
     "powershell_quote",
@@ -63,7 +72,11 @@ def model_facts(path: str | os.PathLike[str]) -> ModelFacts:
     from app.model.gguf_reader import read_model
     from app.model.spec import model_spec
 
-    spec = model_spec(read_model(path))
+    return facts_from_spec(model_spec(read_model(path)))
+
+
+def facts_from_spec(spec: ModelSpec) -> ModelFacts:
+    """Return the exporters' facts of a model already read (its path made absolute)."""
     return ModelFacts(
         path=os.path.abspath(spec.path),
         name=spec.name,

@@ -42,10 +42,10 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
 from app.errors import ExportError, SettingsError
-from app.export.common import ModelFacts, powershell_join
+from app.export.common import ModelFacts, SystemName, powershell_join
 from app.settings import ALL_LAYERS, CacheType, FlashAttn, Settings, runner_defaults
 
 __all__ = [
@@ -71,7 +71,6 @@ NUM_GPU_ALL: Final = 999
 the model's layer count (``llama_model::n_gpu_layers``). ``num_gpu -1`` would instead let
 llama-server fit as many layers as it thinks fit."""
 
-SystemName = Literal["linux", "macos", "windows"]
 
 COMMANDS: Final = (
     "from",

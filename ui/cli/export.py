@@ -13,10 +13,11 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Literal
+from typing import Any
 
 from app.errors import ExportError, GGTuneError
-from app.export.common import ModelFacts, model_facts, write_text_atomic
+from app.export.common import ModelFacts, SystemName, model_facts, write_text_atomic
+from app.export.targets import TARGETS, ExportOptions, export_for, this_system
 from app.planning.runner_plan import fitting_comments
 from app.settings import RunnerName
 from app.sources.library import (
@@ -31,17 +32,6 @@ from app.sources.reading import load_model_spec
 from app.units import format_bytes
 from ui.cli.commands import COMMANDS
 from ui.cli.options import add_settings_flags, hardware_from_args, plan_from_args
-
-TARGETS = ("ollama", "lmstudio", "llama-server", "llama-cpp-python")
-SystemName = Literal["linux", "macos", "windows"]
-
-
-def _this_system() -> SystemName:
-    if sys.platform == "darwin":
-        return "macos"
-    if os.name == "nt":
-        return "windows"
-    return "linux"
 
 
 def register(sub: argparse._SubParsersAction[Any]) -> None:
@@ -108,65 +98,36 @@ def run_export(args: argparse.Namespace) -> int:
     plan = plan_from_args(args, spec, hardware, model=path)
     settings = plan.settings
     facts: ModelFacts = model_facts(path)
-    system: SystemName = args.system or _this_system()
-    notes: tuple[str, ...] = ()
-    after: str | None = None
+    system: SystemName = args.system or this_system()
     projector = plan.projector
-    if args.to == "ollama":
-        from app.export.ollama import export_ollama
+    # Ollama: num_gpu unset unless pinned (Ollama passes no -ngl and llama-server fits)
+    auto = args.to == "ollama" and "n_gpu_layers" not in plan.pinned and args.runner == "ollama"
+    options = ExportOptions(
+        name=args.name,
+        draft=args.draft,
+        threads=args.threads,
+        stop=args.stop,
+        num_gpu_auto=auto,
+        fitting=fitting_comments(plan, pinned_in_export=not auto),
+        mmproj_path=projector.path if projector is not None else None,
+        mmproj_offload=plan.projector_on_gpu,
+        cache_ram_mib=args.cache_ram_mib,
+        ctx_checkpoints=args.ctx_checkpoints,
+    )
+    out = export_for(args.to, path, settings, facts=facts, system=system, options=options)
+    text = out.file_text if args.output else out.text
+    # Ollama's instructions name the Modelfile: printed once it is written (instructions
+    # for a file that could not be written would only mislead); they hold its notes
+    after = None
+    if out.ollama is not None and args.output:
+        after = out.ollama.render(system, modelfile_path=args.output)
+    notes = out.notes if args.output and out.ollama is None else ()
+    if args.to == "lmstudio" and args.write_lmstudio_config:
+        from app.export.lmstudio import write_lmstudio_config
 
-        # num_gpu unset unless pinned: Ollama passes no -ngl and llama-server fits
-        auto = "n_gpu_layers" not in plan.pinned and args.runner == "ollama"
-        out = export_ollama(
-            path,
-            settings,
-            facts=facts,
-            name=args.name,
-            draft=args.draft,
-            num_thread=args.threads,
-            stop=args.stop,
-            num_gpu_auto=auto,
-            fitting=fitting_comments(plan, pinned_in_export=not auto),
-        )
-        if args.output:
-            text = out.modelfile
-            # printed once the Modelfile is written: instructions for a file that could
-            # not be written would only mislead
-            after = out.render(system, modelfile_path=args.output)
-        else:
-            text = out.render(system)
-    elif args.to == "lmstudio":
-        from app.export.lmstudio import export_lmstudio, write_lmstudio_config
-
-        lms = export_lmstudio(
-            path, settings, facts=facts, fitting=fitting_comments(plan, pinned_in_export=True)
-        )
-        text = lms.config_json if args.output else lms.render()
-        notes = lms.notes if args.output else ()
-        if args.write_lmstudio_config:
-            written = write_lmstudio_config(lms, overwrite=args.overwrite)
-            print(f"wrote {written}", file=sys.stderr)
-    elif args.to == "llama-server":
-        from app.export.llama_server import export_llama_server
-
-        res = export_llama_server(
-            path,
-            settings,
-            windows=system == "windows",
-            draft_path=args.draft,
-            n_threads=args.threads,
-            fitting=fitting_comments(plan, pinned_in_export=True),
-            mmproj_path=projector.path if projector is not None else None,
-            mmproj_offload=plan.projector_on_gpu,
-            cache_ram_mib=args.cache_ram_mib,
-            ctx_checkpoints=args.ctx_checkpoints,
-        )
-        text, notes = res.text, res.notes
-    else:
-        from app.export.llama_cpp_python import export_llama_cpp_python
-
-        res = export_llama_cpp_python(path, settings)
-        text, notes = res.text, res.notes
+        assert out.lmstudio is not None
+        written = write_lmstudio_config(out.lmstudio, overwrite=args.overwrite)
+        print(f"wrote {written}", file=sys.stderr)
     if args.output:
         written = write_text_atomic(args.output, text, overwrite=args.overwrite)
         if after is not None:

@@ -20,11 +20,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QFontDatabase, QGuiApplication
@@ -41,8 +40,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.errors import GGTuneError
-from app.export.common import ModelFacts, write_text_atomic
+from app.export.common import ModelFacts, SystemName, facts_from_spec, write_text_atomic
 from app.export.lmstudio import LMStudioExport
+from app.export.targets import TARGETS, ExportOptions, export_for, this_system
 from app.model.spec import ModelSpec
 from app.planning.planner import own_quant_name
 from app.settings import RunnerName, Settings
@@ -50,36 +50,13 @@ from ui.desktop.banner import MessageBanner
 from ui.desktop.estimate_controller import RUNNER_TITLES, EstimateController, EstimateState
 from ui.desktop.model_card import LoadedModel, describe_error
 
-SystemName = Literal["linux", "macos", "windows"]
 SYSTEM_TITLES: Final[dict[SystemName, str]] = {
     "linux": "Linux (systemd, sh)",
     "macos": "macOS (launchctl, sh)",
     "windows": "Windows (PowerShell)",
 }
-TARGETS: Final[tuple[RunnerName, ...]] = ("ollama", "lmstudio", "llama-server", "llama-cpp-python")
 PLACEHOLDER_DIR: Final = "/path/to"
 """Where a catalog model's placeholder path says the file will be."""
-
-
-def this_system() -> SystemName:
-    """Return the system ggtune runs on, as the exporters name it."""
-    if sys.platform == "darwin":
-        return "macos"
-    if os.name == "nt":
-        return "windows"
-    return "linux"
-
-
-def facts_of(spec: ModelSpec) -> ModelFacts:
-    """Return the exporters' facts from a spec already read (as ``model_facts`` reads them)."""
-    return ModelFacts(
-        path=os.path.abspath(spec.path),
-        name=spec.name,
-        n_layer_all=spec.n_layer_all,
-        n_ctx_train=spec.n_ctx_train,
-        n_swa=spec.n_swa,
-        n_expert=spec.n_expert,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,31 +92,14 @@ def export_preview(
     ``placeholder``: ``path`` stands for a model not downloaded yet (written as it is).
     Never raises for what the exporters refuse: the refusal is ``error``.
     """
+    options = ExportOptions(placeholder=placeholder, lmstudio_home=lmstudio_home)
     try:
-        if target == "ollama":
-            from app.export.ollama import export_ollama
-
-            out = export_ollama(path, settings, facts=facts, placeholder=placeholder)
-            return ExportPreview(target, out.render(system), out.modelfile, "Modelfile", out.notes)
-        if target == "lmstudio":
-            from app.export.lmstudio import export_lmstudio
-
-            lms = export_lmstudio(path, settings, facts=facts, lmstudio_home=lmstudio_home)
-            name = lms.config_path.name if lms.config_path else Path(path).name + ".json"
-            return ExportPreview(
-                target, lms.render(), lms.config_json, name, lms.notes, lmstudio=lms
-            )
-        if target == "llama-server":
-            from app.export.llama_server import export_llama_server
-
-            res = export_llama_server(path, settings, windows=system == "windows")
-        else:
-            from app.export.llama_cpp_python import export_llama_cpp_python
-
-            res = export_llama_cpp_python(path, settings)
-        return ExportPreview(target, res.text, res.text, res.filename, res.notes)
+        out = export_for(target, path, settings, facts=facts, system=system, options=options)
     except GGTuneError as err:
         return ExportPreview(target, "", "", "", error=str(err))
+    return ExportPreview(
+        target, out.text, out.file_text, out.filename, out.notes, lmstudio=out.lmstudio
+    )
 
 
 def placeholder_path(spec: ModelSpec, quant: str) -> str:
@@ -201,7 +161,7 @@ def model_preview(
         return placeholder_preview(
             placeholder_path(model.spec, quant),
             model.card.title,
-            facts_of(model.spec),
+            facts_from_spec(model.spec),
             state.settings,
             target,
             system,
@@ -209,7 +169,7 @@ def model_preview(
         )
     return export_preview(
         model.path,
-        facts_of(model.spec),
+        facts_from_spec(model.spec),
         state.settings,
         target,
         system,

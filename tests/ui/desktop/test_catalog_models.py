@@ -20,13 +20,14 @@ from pytestqt.modeltest import ModelTester
 from pytestqt.qtbot import QtBot
 
 from app.errors import CatalogError
+from app.export.targets import TARGETS
 from app.model.catalog import CATALOG_DIR, catalog_header, catalog_keys, load_entry
 from app.model.spec import model_spec
 from app.predict.estimate import estimate
 from app.sources.library import Library, LibraryIssue
 from tests.ui.desktop.test_main_window import LOAD_TIMEOUT_MS, TEST_HARDWARE, make_window
 from ui.desktop.estimate_controller import fit_settings, simulate_level
-from ui.desktop.export_panel import TARGETS, placeholder_note
+from ui.desktop.export_panel import placeholder_note
 from ui.desktop.main_window import MainWindow
 from ui.desktop.model_card import CATALOG_NO_FILE, CatalogSummary, LoadedModel, load_model
 from ui.desktop.models_panel import (
