@@ -22,7 +22,9 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from app.errors import GGTuneError
@@ -34,10 +36,98 @@ from app.settings import Settings
 from app.sources.hf import RemoteModel, RepoListing
 from app.units import speed_depth
 
-__all__ = ["HUB_ORIGIN", "compare_rows", "hub_options", "option_row", "repo_rows"]
+__all__ = ["HUB_ORIGIN", "CompareRow", "compare_rows", "hub_options", "option_row", "repo_rows"]
 
 HUB_ORIGIN: Final = "hub"
 """``origin`` of a row read from a Hugging Face repo's file header."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompareRow:
+    """One quant level at the settings: memory per device, speed, quality (KLD vs FP16).
+
+    ``devices`` is (device name, bytes used, capacity bytes or None) per device;
+    ``kld_nearest`` is the KLD of the nearest measured bits/weight when ``kld`` is None.
+    A hub row also has ``name`` (the file, a split model's first shard), ``files`` and
+    ``url``; one whose header could not be read (or whose settings the estimator refused)
+    has ``error`` and zeros for its numbers. :meth:`to_dict` is what ``compare --json``
+    prints (the key names are a stable interface).
+    """
+
+    quant: str
+    origin: str
+    file_bytes: int
+    bits_per_weight: float
+    devices: tuple[tuple[str, int, int | None], ...]
+    fits: bool | None
+    gpu_layers: int
+    n_layers: int
+    n_cpu_moe: int
+    has_gpu: bool
+    decode_tok_per_s: float
+    prefill_tok_per_s: float
+    kld: float | None
+    kld_nearest: float
+    delta_ppl: float | None
+    quality_measured_on: str | None
+    needs_imatrix: bool
+    name: str = ""
+    files: tuple[str, ...] = ()
+    url: str = ""
+    error: str | None = None
+
+    @property
+    def on_disk(self) -> bool:
+        """Whether the row is a file the user has (not simulated, not on the hub)."""
+        return self.origin not in ("simulated", HUB_ORIGIN)
+
+    @property
+    def total_bytes(self) -> int:
+        """Return the memory on all devices together, bytes."""
+        return sum(d[1] for d in self.devices)
+
+    @property
+    def fits_text(self) -> str:
+        """Return "yes", "NO", "12/31 on GPU" … as ``ggtune compare`` and the tab say it."""
+        text = {True: "yes", False: "NO", None: "?"}[self.fits]
+        if self.fits is not False and self.has_gpu and self.gpu_layers < self.n_layers:
+            return f"{self.gpu_layers}/{self.n_layers} on GPU"
+        if self.fits is not False and self.n_cpu_moe:
+            return f"experts of {self.n_cpu_moe} on CPU"
+        return text
+
+    @property
+    def quality_text(self) -> str:
+        """Return the KLD (``~`` for the nearest measured bits/weight)."""
+        if self.kld is not None:
+            return f"{self.kld:.4f}"
+        return f"~{self.kld_nearest:.3f}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the row as ``ggtune compare --json`` prints it (None: not read)."""
+        read = self.error is None
+        out: dict[str, Any] = {
+            "quant": self.quant,
+            "origin": self.origin,
+            "file_bytes": self.file_bytes,
+            "bits_per_weight": self.bits_per_weight if read else None,
+            "devices": {name: used for name, used, _cap in self.devices},
+            "fits": self.fits,
+            "gpu_layers": self.gpu_layers if read else None,
+            "n_layers": self.n_layers if read else None,
+            "n_cpu_moe": self.n_cpu_moe,
+            "decode_tok_per_s": self.decode_tok_per_s if read else None,
+            "prefill_tok_per_s": self.prefill_tok_per_s if read else None,
+            "kld": self.kld,
+            "kld_nearest": self.kld_nearest if read else None,
+            "delta_ppl": self.delta_ppl,
+            "quality_measured_on": self.quality_measured_on,
+            "needs_imatrix": self.needs_imatrix,
+        }
+        if self.origin == HUB_ORIGIN:
+            out |= {"error": self.error, "name": self.name, "files": list(self.files)}
+            out["url"] = self.url
+        return out
 
 
 def option_row(
@@ -46,33 +136,35 @@ def option_row(
     settings: Settings,
     hardware: Hardware,
     factors: SpeedFactors,
-) -> dict[str, Any]:
-    """Return the plain-data row of one quant option at ``settings`` (most GPU layers that
-    fit; ``kld_nearest`` from the measured ``options`` nearest in bits/weight)."""
+) -> CompareRow:
+    """Return the row of one quant option at ``settings`` (most GPU layers that fit;
+    ``kld_nearest`` from the measured ``options`` nearest in bits/weight)."""
     from app.predict.estimate import estimate
 
     placed = fit_layers(o.spec, settings, hardware) or settings
     est = estimate(o.spec, placed, hardware)
     depth = speed_depth(settings.n_ctx, settings.n_parallel)
     speed = predict_speed(o.spec, placed, hardware, depth=depth, factors=factors)
-    return {
-        "quant": o.name,
-        "origin": o.origin,
-        "file_bytes": o.file_bytes,
-        "bits_per_weight": round(o.bits_per_weight, 3),
-        "devices": {d.name: d.total_bytes for d in est.devices},
-        "fits": est.fits,
-        "gpu_layers": sum(d.n_layers for d in est.devices if d.kind == "gpu"),
-        "n_layers": o.spec.n_layer_all,
-        "n_cpu_moe": placed.n_cpu_moe,
-        "decode_tok_per_s": round(speed.decode_tok_per_s, 2),
-        "prefill_tok_per_s": round(speed.prefill_tok_per_s, 1),
-        "kld": o.kld,
-        "kld_nearest": round(quality_cost(o, options), 5),
-        "delta_ppl": o.delta_ppl,
-        "quality_measured_on": o.quality_model,
-        "needs_imatrix": o.needs_imatrix,
-    }
+    capacity = {d.name: d.capacity_bytes for d in hardware.devices}
+    return CompareRow(
+        quant=o.name,
+        origin=o.origin,
+        file_bytes=o.file_bytes,
+        bits_per_weight=round(o.bits_per_weight, 3),
+        devices=tuple((d.name, d.total_bytes, capacity.get(d.name)) for d in est.devices),
+        fits=est.fits,
+        gpu_layers=sum(d.n_layers for d in est.devices if d.kind == "gpu"),
+        n_layers=o.spec.n_layer_all,
+        n_cpu_moe=placed.n_cpu_moe,
+        has_gpu=bool(hardware.gpus),
+        decode_tok_per_s=round(speed.decode_tok_per_s, 2),
+        prefill_tok_per_s=round(speed.prefill_tok_per_s, 1),
+        kld=o.kld,
+        kld_nearest=round(quality_cost(o, options), 5),
+        delta_ppl=o.delta_ppl,
+        quality_measured_on=o.quality_model,
+        needs_imatrix=o.needs_imatrix,
+    )
 
 
 def compare_rows(
@@ -81,8 +173,8 @@ def compare_rows(
     settings: Settings,
     hardware: Hardware,
     factors: SpeedFactors,
-) -> list[dict[str, Any]]:
-    """Return one plain-data row per quant at ``settings`` (what ``compare --json`` prints)."""
+) -> list[CompareRow]:
+    """Return one row per quant at ``settings`` (``compare --json`` prints their dicts)."""
     del spec  # the options carry their specs; kept for the callers' signature
     return [option_row(o, options, settings, hardware, factors) for o in options]
 
@@ -136,26 +228,27 @@ def hub_options(
     return out
 
 
-def _error_row(m: RemoteModel, label: str, error: str) -> dict[str, Any]:
-    return {
-        "quant": label,
-        "origin": HUB_ORIGIN,
-        "file_bytes": m.entry.size_bytes,
-        "bits_per_weight": None,
-        "devices": {},
-        "fits": None,
-        "gpu_layers": None,
-        "n_layers": None,
-        "n_cpu_moe": 0,
-        "decode_tok_per_s": None,
-        "prefill_tok_per_s": None,
-        "kld": None,
-        "kld_nearest": None,
-        "delta_ppl": None,
-        "quality_measured_on": None,
-        "needs_imatrix": False,
-        "error": error,
-    }
+def _error_row(m: RemoteModel, label: str, error: str, hardware: Hardware) -> CompareRow:
+    return CompareRow(
+        quant=label,
+        origin=HUB_ORIGIN,
+        file_bytes=m.entry.size_bytes,
+        bits_per_weight=0.0,
+        devices=(),
+        fits=None,
+        gpu_layers=0,
+        n_layers=0,
+        n_cpu_moe=0,
+        has_gpu=bool(hardware.gpus),
+        decode_tok_per_s=0.0,
+        prefill_tok_per_s=0.0,
+        kld=None,
+        kld_nearest=0.0,
+        delta_ppl=None,
+        quality_measured_on=None,
+        needs_imatrix=False,
+        error=error,
+    )
 
 
 def repo_rows(
@@ -164,8 +257,8 @@ def repo_rows(
     settings: Settings,
     hardware: Hardware,
     factors: SpeedFactors,
-) -> list[dict[str, Any]]:
-    """Return one plain-data row per quant file of ``listing`` read into ``models``.
+) -> list[CompareRow]:
+    """Return one row per quant file of ``listing`` read into ``models``.
 
     Each row is :func:`option_row`'s with ``origin`` ``"hub"``, plus ``name`` (the file, a
     split model's first shard), ``files``, ``url`` and ``error`` (None, or why the file has
@@ -176,20 +269,21 @@ def repo_rows(
     rows = []
     for m, o, error in options:
         label = o.name if o is not None else m.entry.quant or m.entry.name.rsplit("/", 1)[-1]
-        row: dict[str, Any]
+        row: CompareRow
         if o is None:
-            row = _error_row(m, label, error or "not read")
+            row = _error_row(m, label, error or "not read", hardware)
         else:
             try:
                 row = option_row(o, measured, settings, hardware, factors)
             except GGTuneError as err:  # one file's refusal must not hide the others
-                row = _error_row(m, label, str(err))
+                row = _error_row(m, label, str(err), hardware)
             else:
-                row |= {"origin": HUB_ORIGIN, "error": None}
-        row |= {
-            "name": m.entry.name,
-            "files": [f.path for f in m.entry.files],
-            "url": listing.url(m.entry.files[0]),
-        }
+                row = dataclasses.replace(row, origin=HUB_ORIGIN)
+        row = dataclasses.replace(
+            row,
+            name=m.entry.name,
+            files=tuple(f.path for f in m.entry.files),
+            url=listing.url(m.entry.files[0]),
+        )
         rows.append(row)
     return rows

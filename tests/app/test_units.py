@@ -40,7 +40,7 @@ def test_compare_and_explain_quote_speed_at_one_users_depth(gemma_path: Path, us
     factors = SpeedFactors()
     (row,) = compare_rows(spec, quant_options(spec, simulate=None), settings, HW, factors)
     expected = predict_speed(spec, settings, HW, depth=depth, factors=factors)
-    assert row["decode_tok_per_s"] == round(expected.decode_tok_per_s, 2)
+    assert row.decode_tok_per_s == round(expected.decode_tok_per_s, 2)
     facts = explain_facts(spec, settings, estimate(spec, settings, HW), HW, factors=factors)
     assert facts.depth == depth
 

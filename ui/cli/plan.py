@@ -32,7 +32,7 @@ from app.hardware.devices import Hardware
 from app.measured.calibration import machine_factors
 from app.model.catalog import is_catalog
 from app.model.spec import ModelSpec, model_spec
-from app.planning.compare import compare_rows, repo_rows
+from app.planning.compare import CompareRow, compare_rows, repo_rows
 from app.planning.planner import (
     COMPARE_QUANTS,
     DEFAULT_RPC_PORT,
@@ -338,7 +338,8 @@ def run_compare(args: argparse.Namespace) -> int:
     factors = _factors(args, spec, hardware)
     rows = compare_rows(spec, _options(args, spec), settings, hardware, factors)
     if args.json:
-        print(json.dumps({"model": spec.path, "n_ctx": args.ctx, "rows": rows}, indent=2))
+        data = {"model": spec.path, "n_ctx": args.ctx, "rows": [r.to_dict() for r in rows]}
+        print(json.dumps(data, indent=2))
         return 0
     print(f"{spec.name or spec.path} at {args.ctx:,} tokens of context, most layers that fit")
     _print_compare_table(rows, hardware)
@@ -372,7 +373,7 @@ def _run_compare_repo(args: argparse.Namespace) -> int:
             "revision": listing.revision,
             "commit": listing.commit,
             "n_ctx": args.ctx,
-            "rows": rows,
+            "rows": [r.to_dict() for r in rows],
             "issues": list(listing.issues),
         }
         print(json.dumps(data, indent=2))
@@ -386,8 +387,8 @@ def _run_compare_repo(args: argparse.Namespace) -> int:
     else:
         print("  the repo has no GGUF model files")
     for r in rows:
-        if r["error"]:
-            print(f"  {r['name']}: {r['error']}")
+        if r.error:
+            print(f"  {r.name}: {r.error}")
     for issue in listing.issues:
         print(f"  skipped: {issue}")
     print(f"speed: {factors.source}; KLD vs FP16 measured on Llama-3-8B (~: nearest bpw)")
@@ -395,32 +396,27 @@ def _run_compare_repo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_compare_table(rows: list[dict[str, Any]], hardware: Hardware) -> None:
+def _print_compare_table(rows: list[CompareRow], hardware: Hardware) -> None:
     names = [d.name for d in hardware.devices]
     table = [["quant", "file", "bpw", *names, "fits", "tok/s", "KLD", "source"]]
     for r in rows:
-        if r.get("error"):
+        if r.error:
             table.append(
-                [r["quant"], format_bytes(r["file_bytes"], 2), "?", *["?"] * len(names), "?", "?",
-                 "?", r["origin"] + " (unread)"]
+                [r.quant, format_bytes(r.file_bytes, 2), "?", *["?"] * len(names), "?", "?",
+                 "?", r.origin + " (unread)"]
             )  # fmt: skip
             continue
-        fits = {True: "yes", False: "NO", None: "?"}[r["fits"]]
-        if r["fits"] is not False and hardware.gpus and r["gpu_layers"] < r["n_layers"]:
-            fits = f"{r['gpu_layers']}/{r['n_layers']} on GPU"
-        elif r["fits"] is not False and r["n_cpu_moe"]:
-            fits = f"experts of {r['n_cpu_moe']} on CPU"
-        kld = f"{r['kld']:.4f}" if r["kld"] is not None else f"~{r['kld_nearest']:.3f}"
+        used = {name: n for name, n, _cap in r.devices}
         table.append(
             [
-                r["quant"],
-                format_bytes(r["file_bytes"], 2),
-                f"{r['bits_per_weight']:.2f}",
-                *[format_bytes(r["devices"][n], 2) if n in r["devices"] else "?" for n in names],
-                fits,
-                f"{r['decode_tok_per_s']:.1f}",
-                kld,
-                r["origin"] + (" (imatrix)" if r["needs_imatrix"] else ""),
+                r.quant,
+                format_bytes(r.file_bytes, 2),
+                f"{r.bits_per_weight:.2f}",
+                *[format_bytes(used[n], 2) if n in used else "?" for n in names],
+                r.fits_text,
+                f"{r.decode_tok_per_s:.1f}",
+                r.quality_text,
+                r.origin + (" (imatrix)" if r.needs_imatrix else ""),
             ]
         )
     print_table(table)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from PySide6.QtCore import (
     QAbstractTableModel,
@@ -70,7 +70,7 @@ from PySide6.QtWidgets import (
 from app.errors import GGTuneError
 from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
-from app.planning.compare import HUB_ORIGIN, compare_rows, repo_rows
+from app.planning.compare import HUB_ORIGIN, CompareRow, compare_rows, repo_rows
 from app.planning.planner import COMPARE_QUANTS, QuantOption, fmt_ctx, quant_options
 from app.predict.speed import SpeedFactors
 from app.settings import Settings
@@ -106,58 +106,6 @@ _CHOOSE_FOLDER: Final = "\0choose"
 
 
 @dataclass(frozen=True, slots=True)
-class CompareRow:
-    """One quant level at the settings (bytes, tok/s; KLD against FP16).
-
-    ``devices`` is (device name, bytes used, capacity bytes or None) per device;
-    ``kld_nearest`` is the KLD of the nearest measured bits/weight when ``kld`` is None.
-    """
-
-    quant: str
-    origin: str
-    on_disk: bool
-    file_bytes: int
-    bits_per_weight: float
-    devices: tuple[tuple[str, int, int | None], ...]
-    fits: bool | None
-    gpu_layers: int
-    n_layers: int
-    n_cpu_moe: int
-    has_gpu: bool
-    decode_tok_per_s: float
-    prefill_tok_per_s: float
-    kld: float | None
-    kld_nearest: float
-    delta_ppl: float | None
-    quality_model: str | None
-    needs_imatrix: bool
-    name: str = ""
-    error: str | None = None
-
-    @property
-    def total_bytes(self) -> int:
-        """Return the memory on all devices together, bytes."""
-        return sum(d[1] for d in self.devices)
-
-    @property
-    def fits_text(self) -> str:
-        """Return "yes", "NO", "12/31 on GPU" … as ``ggtune compare`` prints it."""
-        text = {True: "yes", False: "NO", None: "?"}[self.fits]
-        if self.fits is not False and self.has_gpu and self.gpu_layers < self.n_layers:
-            return f"{self.gpu_layers}/{self.n_layers} on GPU"
-        if self.fits is not False and self.n_cpu_moe:
-            return f"experts of {self.n_cpu_moe} on CPU"
-        return text
-
-    @property
-    def quality_text(self) -> str:
-        """Return the KLD (``~`` for the nearest measured bits/weight)."""
-        if self.kld is not None:
-            return f"{self.kld:.4f}"
-        return f"~{self.kld_nearest:.3f}"
-
-
-@dataclass(frozen=True, slots=True)
 class CompareResult:
     """The rows for one model, settings and hardware, and where the speeds come from."""
 
@@ -187,36 +135,8 @@ def compare_table(
         model_path=spec.path,
         settings=settings,
         device_names=tuple(d.name for d in hardware.devices),
-        rows=tuple(_row(r, hardware) for r in rows),
+        rows=tuple(rows),
         speed_source=factors.source,
-    )
-
-
-def _row(r: dict[str, Any], hardware: Hardware) -> CompareRow:
-    """Return a plain-data row of :mod:`app.planning.compare` as a :class:`CompareRow`."""
-    capacity = {d.name: d.capacity_bytes for d in hardware.devices}
-    devices = tuple((name, int(n), capacity.get(name)) for name, n in r["devices"].items())
-    return CompareRow(
-        quant=r["quant"],
-        origin=r["origin"],
-        on_disk=r["origin"] not in ("simulated", HUB_ORIGIN),
-        file_bytes=r["file_bytes"],
-        bits_per_weight=r["bits_per_weight"] or 0.0,
-        devices=devices,
-        fits=r["fits"],
-        gpu_layers=r["gpu_layers"] or 0,
-        n_layers=r["n_layers"] or 0,
-        n_cpu_moe=r["n_cpu_moe"],
-        has_gpu=bool(hardware.gpus),
-        decode_tok_per_s=r["decode_tok_per_s"] or 0.0,
-        prefill_tok_per_s=r["prefill_tok_per_s"] or 0.0,
-        kld=r["kld"],
-        kld_nearest=r["kld_nearest"] or 0.0,
-        delta_ppl=r["delta_ppl"],
-        quality_model=r["quality_measured_on"],
-        needs_imatrix=r["needs_imatrix"],
-        name=r.get("name", ""),
-        error=r.get("error"),
     )
 
 
@@ -250,7 +170,7 @@ def repo_table(
         model_path=f"{headers.listing.endpoint}/{headers.listing.repo_id}",
         settings=settings,
         device_names=tuple(d.name for d in hardware.devices),
-        rows=tuple(_row(r, hardware) for r in rows),
+        rows=tuple(rows),
         speed_source=factors.source,
         repo=headers.listing.repo_id,
     )
@@ -599,7 +519,7 @@ class CompareTableModel(QAbstractTableModel):
             ppl = f", +{row.delta_ppl:.3f} perplexity" if row.delta_ppl is not None else ""
             return (
                 f"How far its answers drift from the full-precision model (KL divergence"
-                f"{ppl}), measured on {row.quality_model or 'another model'}; lower is better"
+                f"{ppl}), measured on {row.quality_measured_on or 'another model'}; lower is better"
             )
         if kind == "Writing tok/s":
             return "Predicted tokens per second while writing the answer, one user"

@@ -57,7 +57,7 @@ def test_rows_match_ggtune_compare(qtbot: QtBot, window: MainWindow) -> None:
     settings = window.estimates.settings
     options = quant_options(spec, names=COMPARE_QUANTS, file_bytes=None)
     factors = window.memory_panel.speed.factors
-    expected = compare_rows(spec, options, settings, TEST_HARDWARE, factors)
+    expected = [r.to_dict() for r in compare_rows(spec, options, settings, TEST_HARDWARE, factors)]
     rows = window.compare.result.rows  # type: ignore[union-attr]
     assert [r.quant for r in rows] == [e["quant"] for e in expected]
     assert len(rows) >= 10
@@ -219,13 +219,16 @@ def test_compare_a_repo_and_go_back(qtbot: QtBot, window: MainWindow, hub: FakeH
     result = window.compare.result
     assert result is not None
     listing = list_repo(REPO)
-    expected = repo_rows(
-        listing,
-        read_models(listing),
-        window.estimates.settings,
-        TEST_HARDWARE,
-        window.memory_panel.speed.factors,
-    )
+    expected = [
+        r.to_dict()
+        for r in repo_rows(
+            listing,
+            read_models(listing),
+            window.estimates.settings,
+            TEST_HARDWARE,
+            window.memory_panel.speed.factors,
+        )
+    ]
     assert [r.quant for r in result.rows] == [e["quant"] for e in expected]
     assert {r.quant for r in result.rows} == {"Q8_0", "Q4_1", "Q4_K_M"}
     for row, e in zip(result.rows, expected, strict=True):
