@@ -41,7 +41,7 @@ from ui.cli.options import (
     positive_number,
     settings_from_args,
 )
-from ui.cli.output import EXIT_USAGE, print_table
+from ui.cli.output import EXIT_USAGE, control, print_table
 
 
 def register(sub: Any) -> None:
@@ -130,7 +130,8 @@ class _Progress:
             return
         self._last = line
         if self.tty:
-            self.stream.write(f"\r\x1b[K{line}")
+            control(self.stream, "\r\x1b[K")
+            self.stream.write(line)
             if isinstance(event, Loaded):
                 self.stream.write("\n")
         else:
@@ -139,7 +140,8 @@ class _Progress:
 
     def done(self) -> None:
         if self.tty:
-            self.stream.write("\r\x1b[Kbenchmark 100%\n")
+            control(self.stream, "\r\x1b[K")
+            self.stream.write("benchmark 100%\n")
             self.stream.flush()
 
 

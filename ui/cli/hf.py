@@ -34,6 +34,7 @@ from app.sources.refs import parse_repo
 from app.units import format_bytes
 from ui.cli.commands import COMMANDS
 from ui.cli.options import add_settings_flags, hardware_from_args, settings_from_args
+from ui.cli.output import control
 
 
 def register(sub: Any) -> None:
@@ -196,14 +197,14 @@ def _download(listing: RepoListing, selector: str, to: Path | None) -> int:
     def show(p: DownloadProgress) -> None:
         eta = f"ETA {p.eta_s:,.0f} s" if p.eta_s is not None else "ETA ?"
         what = "checking" if p.stage == "checking" else f"{p.bytes_per_s / 1024**2:.1f} MiB/s"
-        print(
-            f"\r{entry.quant or entry.name}: {format_bytes(p.done_bytes, 2)} of "
+        control(sys.stderr, "\r")
+        sys.stderr.write(
+            f"{entry.quant or entry.name}: {format_bytes(p.done_bytes, 2)} of "
             f"{format_bytes(p.total_bytes, 2)}  {what}  {eta}  "
-            f"(file {p.file_index + 1}/{p.n_files})\x1b[K",
-            end="",
-            file=sys.stderr,
-            flush=True,
+            f"(file {p.file_index + 1}/{p.n_files})"
         )
+        control(sys.stderr, "\x1b[K")
+        sys.stderr.flush()
 
     try:
         path = download(listing, entry, to=to, progress=show, cancel=cancel)

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import multiprocessing
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from app.errors import GGTuneError
 from ui.cli.commands import COMMANDS
-from ui.cli.output import EXIT_USAGE, Parser
+from ui.cli.output import EXIT_USAGE, Parser, TerminalSafe
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -56,8 +58,37 @@ def _command_in(argv: Sequence[str] | None) -> str | None:
     return argv[0] if argv[0] in COMMANDS else None
 
 
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for a command whose reader went away (``| head``)."""
+
+EXIT_INTERNAL = 70
+"""EX_SOFTWARE: ggtune itself failed (a bug): one line, and the traceback with GGTUNE_DEBUG=1."""
+
+
 def run(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI and return its exit code (errors: one line on stderr, code 2)."""
+    """Run the CLI and return its exit code (errors: one line on stderr, code 2).
+
+    stdout and stderr are :class:`~ui.cli.output.TerminalSafe` for the run: text from
+    model files cannot drive the terminal. ``| head`` ends quietly (exit 141); an error
+    of the operating system is one line naming the file; anything unexpected is one line
+    too (exit 70; ``GGTUNE_DEBUG=1`` shows the traceback).
+    """
+    out, err_stream = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = TerminalSafe(out), TerminalSafe(err_stream)
+    try:
+        return _run(argv)
+    except BrokenPipeError:
+        _silence(out)
+        return EXIT_BROKEN_PIPE
+    finally:
+        try:
+            sys.stdout.flush()
+        except (BrokenPipeError, ValueError):
+            _silence(out)
+        sys.stdout, sys.stderr = out, err_stream
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
     except SystemExit as stop:  # --help, or a bad flag (already reported on stderr)
@@ -71,6 +102,33 @@ def run(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ggtune: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise
+    except OSError as err:  # a file or the disk failed where no command expected it
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"ggtune: {where}{err.strerror or err}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as err:  # a bug: one line for the user, the traceback on request
+        if os.environ.get("GGTUNE_DEBUG"):
+            raise
+        text = " ".join(str(err).split())[:200]
+        print(
+            f"ggtune: internal error ({type(err).__name__}: {text}); please report it, "
+            "GGTUNE_DEBUG=1 shows the details",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+
+
+def _silence(stream: object) -> None:
+    """Point the real stdout at /dev/null so the exit flush cannot fail again."""
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
 
 
 def main() -> NoReturn:
