@@ -533,10 +533,40 @@ def ollama_view(settings: Settings, *, n_ctx_train: int | None = None) -> Settin
 _OLLAMA_NAME_PART = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
+_NAME_BYTES: Final = re.compile(r"[A-Za-z0-9_.\-]+")
+_MAX_NAME_LEN: Final = 128  # MaxNamePartLen, applied to the whole name
+
+
+def check_ollama_name(name: str) -> str:
+    """Return ``name`` if ``ollama create`` accepts it, else raise ExportError.
+
+    The rules of Ollama's ``types/model/name.go`` (``ParseName``, ``isValidByteFor``):
+    ``[host/][namespace/]model[:tag]``, at most 128 characters, every part non-empty and
+    made of letters, digits, ``_``, ``-`` and ``.`` (no ``.`` in the namespace, never two
+    in a row). A name outside them would also be pasted into a shell by whoever copies the
+    Modelfile's ``ollama create`` line.
+    """
+    bad = ExportError(
+        f"{name!r} is not a name Ollama accepts: [host/][namespace/]model[:tag] of letters, "
+        f"digits, '_', '-' and '.', at most {_MAX_NAME_LEN} characters"
+    )
+    if not 0 < len(name) <= _MAX_NAME_LEN or ".." in name:
+        raise bad
+    path, _, tag = name.partition(":")
+    parts = path.split("/")
+    if len(parts) > 3 or (":" in name and not tag):
+        raise bad
+    for i, part in enumerate([*parts, *([tag] if tag else [])]):
+        namespace = len(parts) >= 2 and i == len(parts) - 2
+        if not _NAME_BYTES.fullmatch(part) or (namespace and "." in part):
+            raise bad
+    return name
+
+
 def _suggest_name(model: str, facts: ModelFacts | None) -> str:
     base = Path(model).name.removesuffix(".gguf") if facts is not None else model
     base = base.split(":")[0].rsplit("/", 1)[-1]
-    slug = _OLLAMA_NAME_PART.sub("-", base).strip("-.").lower() or "model"
+    slug = re.sub(r"\.{2,}", ".", _OLLAMA_NAME_PART.sub("-", base)).strip("-.").lower() or "model"
     return f"{slug[:80]}:ggtune"
 
 
@@ -695,14 +725,18 @@ def export_ollama(
         "model the server loads; OLLAMA_CONTEXT_LENGTH is not needed (num_ctx is set here)"
     )
 
-    model_name = name or _suggest_name(from_value, facts if local else None)
+    model_name = (
+        check_ollama_name(name)
+        if name is not None
+        else _suggest_name(from_value, facts if local else None)
+    )
     where = from_value if local else f"the Ollama model {from_value}"
     comments = [
         f"Written by ggtune for {where}",
         f"engine context {view.n_ctx} tokens = num_ctx {num_ctx} x OLLAMA_NUM_PARALLEL "
         f"{s.n_parallel}; KV cache {s.cache_type_k}; flash attention {s.flash_attn}",
         *fitting,
-        f"Create it with: ollama create {model_name} -f Modelfile",
+        f"Create it with: ollama create {shlex.quote(model_name)} -f Modelfile",
     ]
     text = format_modelfile(commands, comments=comments)
     # The file must read back as written (parser.go is the judge, mirrored here).

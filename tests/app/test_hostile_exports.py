@@ -69,3 +69,37 @@ def test_a_backup_on_a_full_disk_leaves_no_stub(tmp_path: Path) -> None:
     assert "\n" not in str(caught.value)
     assert target.read_text() == "x" * 100_000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "x; rm -rf ~",
+        "a\nFROM /etc/passwd",
+        "",
+        "a..b",
+        "ns.x/model",
+        "a/b/c/d",
+        "m:",
+        "é",
+        "x" * 129,
+    ],
+)
+def test_an_ollama_name_ollama_would_refuse_is_refused(smollm_path: Path, name: str) -> None:
+    from app.export.ollama import export_ollama
+    from app.settings import Settings
+
+    with pytest.raises(ExportError, match="not a name Ollama accepts"):
+        export_ollama(smollm_path, Settings(n_ctx=4096), name=name)
+
+
+@pytest.mark.parametrize("name", ["mine", "me/mine:v1.2", "host.example/me/mine:latest", "a_b-c.d"])
+def test_a_good_ollama_name_is_kept_and_quoted_in_the_comment(smollm_path: Path, name: str) -> None:
+    import shlex
+
+    from app.export.ollama import export_ollama
+    from app.settings import Settings
+
+    out = export_ollama(smollm_path, Settings(n_ctx=4096), name=name)
+    assert out.model_name == name
+    assert f"# Create it with: ollama create {shlex.quote(name)} -f Modelfile" in out.modelfile
