@@ -47,6 +47,7 @@ from typing import Final
 
 from app.errors import QuantError
 from app.model.ggml import GGML_TYPES, GgmlType
+from app.model.ggml import GGMLQuantizationType as _T
 from app.model.ggml import LlamaFileType as _F
 from app.model.spec import ModelSpec, TensorSpec
 
@@ -64,38 +65,6 @@ __all__ = [
 
 ALIGNMENT: Final = 32
 """``GGUF_DEFAULT_ALIGNMENT``: every tensor's data is padded to it in the output file."""
-
-
-class _T:
-    """ggml type ids used by the rules below."""
-
-    F32 = 0
-    F16 = 1
-    Q4_0 = 2
-    Q4_1 = 3
-    Q5_0 = 6
-    Q5_1 = 7
-    Q8_0 = 8
-    Q2_K = 10
-    Q3_K = 11
-    Q4_K = 12
-    Q5_K = 13
-    Q6_K = 14
-    IQ2_XXS = 16
-    IQ2_XS = 17
-    IQ3_XXS = 18
-    IQ1_S = 19
-    IQ4_NL = 20
-    IQ3_S = 21
-    IQ2_S = 22
-    IQ4_XS = 23
-    IQ1_M = 29
-    BF16 = 30
-    TQ1_0 = 34
-    TQ2_0 = 35
-    MXFP4 = 39
-    Q1_0 = 41
-    Q2_0 = 42
 
 
 # --- file types (include/llama.h enum llama_ftype) -----------------------------------
