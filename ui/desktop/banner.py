@@ -24,6 +24,7 @@ class MessageBanner(QFrame):
         self.label = QLabel()
         self.label.setWordWrap(True)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.label.setTextFormat(Qt.TextFormat.PlainText)  # errors quote file contents
         self.label.setAccessibleName("Error")
         layout.addWidget(self.label, 1)
         close = QToolButton()

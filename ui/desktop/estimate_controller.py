@@ -104,14 +104,22 @@ def simulate_choices(
     return tuple(choices), specs
 
 
+MAX_CONTEXT: Final = ((1 << 31) - 1) // 256 * 256
+"""Largest context the desktop offers (2,147,483,392 tokens): Qt's number boxes hold an
+int32, and a model claiming a larger training context must not make the box show one
+number while the estimate uses another."""
+
+
 def max_context(spec: ModelSpec, settings: Settings) -> int:
     """Return the largest total context (tokens) that keeps each sequence within training.
 
     With one shared (unified) cache every sequence may use all cells, so the end is the
-    training context; with one stream per user, each gets ``n_ctx / n_parallel`` cells.
+    training context; with one stream per user, each gets ``n_ctx / n_parallel`` cells;
+    never above :data:`MAX_CONTEXT`.
     """
     train = spec.n_ctx_train if spec.n_ctx_train > 0 else 4096
-    return train if settings.kv_unified else train * settings.n_parallel
+    total = train if settings.kv_unified else train * settings.n_parallel
+    return min(total, MAX_CONTEXT)
 
 
 def fit_settings(spec: ModelSpec, settings: Settings) -> Settings:

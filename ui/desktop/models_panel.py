@@ -22,6 +22,7 @@ file.
 
 from __future__ import annotations
 
+import html
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -644,6 +645,8 @@ class ModelsPanel(QWidget):
         card_layout = QVBoxLayout(card_box)
         card_layout.setContentsMargins(4, 4, 4, 4)
         self.card_title = QLabel("No model open")
+        # the title and facts come from the model file: never read them as rich text
+        self.card_title.setTextFormat(Qt.TextFormat.PlainText)
         self.card_title.setWordWrap(True)
         self.card_title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         font = self.card_title.font()
@@ -754,7 +757,11 @@ class ModelsPanel(QWidget):
             self.card_form.removeRow(0)
         for label, value in card.facts:
             self.card_form.addRow(f"{label}:", self._value_label(value))
-        quant = QLabel("<br>".join(f"<b>{name}</b> {text}" for name, text in card.quant_mix))
+        quant = QLabel(
+            "<br>".join(
+                f"<b>{html.escape(name)}</b> {html.escape(text)}" for name, text in card.quant_mix
+            )
+        )
         quant.setWordWrap(True)
         self.card_form.addRow("Quant mix:", quant)
         for note in card.notes:
@@ -763,6 +770,7 @@ class ModelsPanel(QWidget):
 
     def _value_label(self, text: str) -> QLabel:
         label = QLabel(text)
+        label.setTextFormat(Qt.TextFormat.PlainText)
         label.setWordWrap(True)
         label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         return label
