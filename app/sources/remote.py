@@ -384,7 +384,10 @@ class RemoteFile(io.RawIOBase):
         """Return the file size in bytes (fetching the first block if it is not known)."""
         if self._size is None:
             self._fetch(0, 1)
-        assert self._size is not None, "a 206 answer always carries the size"
+        if self._size is None:  # "Content-Range: bytes 0-9/*": a server that will not say
+            raise RemoteError(
+                self.url, "the server does not say how large the file is (Content-Range */*)"
+            )
         return self._size
 
     def prefix(self, n: int) -> bytes:
