@@ -26,6 +26,7 @@ The tree::
     │   │                          "2x rtx-3090 + 64 GB DDR5" is invalid (no path)
     │   ├── CatalogError           a model catalog entry is unknown, unreadable or invalid
     │   │                          (the profiles/models/*.json file at fault)
+    │   ├── ProjectorError         a file given as a projector (--mmproj) is not one
     │   ├── QualityProfileError    a quality table in profiles/quality/ is missing or bad
     │   ├── StateFileError         a small file ggtune or a runner keeps (library.json, a
     │   │                          manifest, a cache, a pointer, a profile) is missing, not
@@ -204,6 +205,10 @@ class ModelOpenError(PathError):
 
 class UnsupportedModelError(GGTuneError):
     """ggtune does not know the memory rules of this model's architecture."""
+
+
+class ProjectorError(PathError):
+    """A file given as a projector (``--mmproj``) is not one."""
 
 
 class SettingsError(GGTuneError):

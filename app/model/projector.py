@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from app.errors import GGTuneError
+from app.errors import ProjectorError
 
 PROJECTOR_PREFIXES: Final = ("v.", "mm.", "a.")
 """Tensor name prefixes of a projector (``llm/llama_server.go`` mmprojMemoryRequirement)."""
@@ -43,7 +43,7 @@ def read_projector(path: str | os.PathLike[str], *, source: str = "") -> Project
     header = read_header(path)
     arch = header.get("general.architecture")
     if arch != "clip" and not any(t.name.startswith(PROJECTOR_PREFIXES) for t in header.tensors):
-        raise ProjectorError(f"{path}: not a projector (architecture {arch!r})")
+        raise ProjectorError(f"not a projector (architecture {arch!r})", path=path)
     weights = sum(t.n_bytes for t in header.tensors)
     return Projector(
         path=os.fspath(path),
@@ -63,10 +63,6 @@ class _Tensor(Protocol):
 def inline_projector_bytes(tensors: Iterable[_Tensor]) -> int:
     """Return the bytes of projector tensors inside a model file (``v.``/``mm.``/``a.``)."""
     return sum(t.n_bytes for t in tensors if t.name.startswith(PROJECTOR_PREFIXES))
-
-
-class ProjectorError(GGTuneError):
-    """A file given as a projector is not one."""
 
 
 def _int(metadata: object, key: str, default: int = 0) -> int:
