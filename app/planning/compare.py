@@ -1,6 +1,6 @@
 """Quant levels side by side: the rows of ``ggtune compare`` and of the desktop Compare tab.
 
-:func:`compare_rows` works out one plain-data row per :class:`~app.planning.planner.QuantOption` of
+:func:`compare_rows` works out one plain-data row per :class:`~app.planning.options.QuantOption` of
 one model (the file and the levels simulated from it) at some settings: file size,
 bits/weight, memory per device with the most GPU layers that fit (:mod:`app.predict.estimate`),
 whether it fits, predicted tok/s (:mod:`app.predict.speed`) and the quality loss against FP16
@@ -30,7 +30,8 @@ from typing import Any, Final
 from app.errors import GGTuneError
 from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec, model_spec
-from app.planning.planner import QuantOption, fit_layers, own_quant_name, quality_cost
+from app.planning.options import QuantOption, own_quant_name, quality_cost
+from app.planning.planner import fit_layers
 from app.predict.speed import SpeedFactors, predict_speed
 from app.settings import Settings
 from app.sources.hf import RemoteModel, RepoListing

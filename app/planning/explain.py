@@ -23,7 +23,7 @@ from typing import Final
 from app.errors import GGTuneError
 from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
-from app.planning.planner import own_quant_name
+from app.planning.options import own_quant_name
 from app.predict.estimate import MemoryEstimate, estimate
 from app.predict.speed import SpeedFactors, predict_speed, workload
 from app.settings import CacheType, Settings

@@ -54,14 +54,30 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal, get_args
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from app.errors import GGTuneError, PlanError, SettingsError
+from app.errors import PlanError, SettingsError
 from app.export.llama_server import llama_server_argv
 from app.hardware.devices import Device, Hardware
-from app.model.catalog import is_catalog
 from app.model.spec import ModelSpec
+from app.planning.goals import (
+    CTX_STEP,
+    DEFAULT_CTX,
+    DRAFT_CAVEAT,
+    KV_QUALITY_RANK,
+    LOCAL_MACHINE,
+    SPEC_VOCAB_MAX_SIZE_DIFFERENCE,
+    Candidate,
+    DraftPlan,
+    Goal,
+    MachineMemory,
+    Recommendation,
+    RpcHost,
+    RpcPlan,
+)
+from app.planning.options import QuantOption, quality_cost, quant_options
+from app.planning.words import explain, fmt_ctx, kv_words, placement_words, rpc_words, speed_words
 from app.predict.estimate import (
     REPACK_NOTE_BYTES,
     DeviceEstimate,
@@ -71,10 +87,8 @@ from app.predict.estimate import (
     repacked_bytes,
 )
 from app.predict.speed import (
-    DEFAULT_DRAFT_ACCEPTANCE,
     MIN_DRAFT_SPEED_RATIO,
     MIN_DRAFT_SPEEDUP,
-    Link,
     SpeedFactors,
     SpeedPrediction,
     best_draft_length,
@@ -83,367 +97,13 @@ from app.predict.speed import (
     predict_speed,
     with_network,
 )
-from app.settings import ALL_LAYERS, CacheType, Settings
+from app.settings import ALL_LAYERS, Settings
 from app.units import DEFAULT_MARGIN_BYTES, format_bytes, format_tps, speed_depth
-
-GoalName = Literal["longest-context", "fastest", "best-quality", "users"]
-GOALS: Final[tuple[GoalName, ...]] = get_args(GoalName)
-
-
-DEFAULT_CTX: Final = 4096
-"""Context for goals that do not set one (llama-server's ``--fit`` minimum, ``-fitc``)."""
-
-CTX_STEP: Final = 256
-"""Contexts are searched in llama.cpp's cell padding (``llama-context.cpp``)."""
-
-COMPARE_QUANTS: Final = (
-    "F16",
-    "Q8_0",
-    "Q6_K",
-    "Q5_K_M",
-    "Q5_K_S",
-    "Q4_K_M",
-    "Q4_K_S",
-    "IQ4_XS",
-    "Q4_0",
-    "Q3_K_M",
-    "IQ3_M",
-    "Q3_K_S",
-    "Q2_K",
-)
-"""The quant levels ``ggtune compare`` and the planner consider, best to smallest."""
-
-KV_TYPES: Final[tuple[CacheType, ...]] = ("f16", "q8_0", "q4_0")
-
-KV_QUALITY_RANK: Final[dict[str, int]] = {"f16": 0, "q8_0": 1, "q4_0": 2}
-"""q8_0 K+V costs ~+0.005 PPL (llama.cpp PR #7412); q4_0 more, varying by model
-(docs/sources.md §4): the order the planner prefers them in."""
-
-DEFAULT_MAX_KLD: Final = 0.0313
-"""Quality floor for weight quants the planner may pick unasked: Q4_K_M's KLD on
-Llama-3-8B (llama.cpp tools/perplexity/README.md; docs/sources.md §4)."""
-
 
 # --- quant options ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class QuantOption:
-    """One weight quant the user could run: the file they have, or a simulated one.
-
-    ``kld``/``delta_ppl`` are the quality cost against FP16 measured on ``quality_model``
-    (None when no measurement exists); ``on_disk`` is True for the user's own file.
-    """
-
-    name: str
-    spec: ModelSpec
-    file_bytes: int
-    on_disk: bool
-    kld: float | None = None
-    delta_ppl: float | None = None
-    quality_model: str | None = None
-    needs_imatrix: bool = False
-
-    @property
-    def bits_per_weight(self) -> float:
-        """Return the average bits per weight over all tensors."""
-        return self.spec.bits_per_weight
-
-    @property
-    def origin(self) -> str:
-        """Return "on disk", "catalog" or "simulated" (where the numbers come from)."""
-        if self.on_disk:
-            return "catalog" if is_catalog(self.spec.path) else "on disk"
-        return "simulated"
-
-
-Simulate = Callable[[ModelSpec, str], tuple[ModelSpec, int, bool]]
-"""``simulate(spec, ftype) -> (spec at ftype, file bytes, needs an importance matrix)``."""
-
-Quality = Callable[[str], tuple[float, float, str] | None]
-"""``quality(ftype) -> (kld, delta_ppl, model measured on)`` or None when unmeasured."""
-
-
-def _real_simulate(spec: ModelSpec, ftype: str) -> tuple[ModelSpec, int, bool]:
-    from app.model.quant import simulate_quant
-
-    result = simulate_quant(spec, ftype)
-    return result.spec, result.file_bytes, result.needs_imatrix
-
-
-def _real_quality() -> Quality:
-    from app.model.quality import load_quality, weight_quality
-
-    table = load_quality()
-
-    def quality(ftype: str) -> tuple[float, float, str] | None:
-        m = weight_quality(table, ftype)
-        return None if m is None else (m.kld, m.delta_ppl, m.model)
-
-    return quality
-
-
-def own_quant_name(spec: ModelSpec) -> str:
-    """Return the llama.cpp file type name of ``spec`` (``general.file_type``), or "file"."""
-    from app.model.quant import FILE_TYPES
-
-    for ft in FILE_TYPES:
-        if ft.ftype == spec.file_type:
-            return ft.name
-    return "file"
-
-
-def quant_options(
-    spec: ModelSpec,
-    *,
-    names: Sequence[str] = COMPARE_QUANTS,
-    simulate: Simulate | None = _real_simulate,
-    quality: Quality | None = None,
-    file_bytes: int | None = None,
-) -> tuple[QuantOption, ...]:
-    """Return the user's own quant and each of ``names`` simulated, largest first.
-
-    ``simulate`` is :func:`app.model.quant.simulate_quant` by default (None: the file alone);
-    ``quality`` defaults to :func:`app.model.quality.weight_quality` on the shipped table. A
-    quant llama.cpp cannot make from this model is left out.
-    """
-    quality = quality if quality is not None else _real_quality()
-    own = own_quant_name(spec)
-
-    def option(name: str, s: ModelSpec, nbytes: int, on_disk: bool, imatrix: bool) -> QuantOption:
-        q = quality(name)
-        return QuantOption(
-            name=name,
-            spec=s,
-            file_bytes=nbytes,
-            on_disk=on_disk,
-            kld=q[0] if q else None,
-            delta_ppl=q[1] if q else None,
-            quality_model=q[2] if q else None,
-            needs_imatrix=imatrix,
-        )
-
-    out = [option(own, spec, file_bytes or spec.weights_bytes, True, False)]
-    if simulate is not None:
-        for name in names:
-            if name == own:
-                continue
-            try:
-                s, nbytes, imatrix = simulate(spec, name)
-            except GGTuneError:
-                continue
-            out.append(option(name, s, nbytes, False, imatrix))
-    out.sort(key=lambda o: -o.spec.weights_bytes)
-    return tuple(out)
-
-
-def quality_cost(option: QuantOption, options: Sequence[QuantOption] = ()) -> float:
-    """Return the KLD of ``option``; unmeasured: that of the nearest measured bits/weight."""
-    if option.kld is not None:
-        return option.kld
-    known = [o for o in options if o.kld is not None]
-    if not known:
-        return max(0.0, 16.0 - option.bits_per_weight)  # only the order matters then
-    near = min(known, key=lambda o: abs(o.bits_per_weight - option.bits_per_weight))
-    return near.kld if near.kld is not None else 0.0
-
-
 # --- goals and candidates -----------------------------------------------------------------
-
-DEFAULT_RPC_PORT: Final = 50052
-"""rpc-server's default port (``tools/rpc/rpc-server.cpp``)."""
-
-SPEC_VOCAB_MAX_SIZE_DIFFERENCE: Final = 128
-"""llama.cpp refuses a draft whose vocabulary size differs more (common/speculative.cpp)."""
-
-DRAFT_CAVEAT: Final = (
-    "The speed-up depends on how alike the two models are (acceptance α); measured 1.7× "
-    "on an RTX 3060 with a 1B draft for an 8B (llama.cpp #5877), no gain at low acceptance "
-    "(llama.cpp PR #10455)."
-)
-
-LOCAL_MACHINE: Final = "this machine"
-
-
-@dataclass(frozen=True, slots=True)
-class RpcHost:
-    """A remote machine that lends its devices through llama.cpp's ``rpc-server``.
-
-    ``hardware``: its GPUs (or, with none, its host CPU, which rpc-server then offers);
-    ``endpoint``: ``host:port`` as ``llama-server --rpc`` takes it.
-    """
-
-    hardware: Hardware
-    endpoint: str = f"remote:{DEFAULT_RPC_PORT}"
-    label: str = ""
-
-    def __post_init__(self) -> None:
-        host, sep, port = self.endpoint.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise PlanError(f"RPC endpoint must be host:port, got {self.endpoint!r}")
-
-    @property
-    def port(self) -> int:
-        """Return the port rpc-server listens on."""
-        return int(self.endpoint.rpartition(":")[2])
-
-
-@dataclass(frozen=True, slots=True)
-class Goal:
-    """What the user wants (see the module doc); sizes in tokens, bytes and tok/s.
-
-    ``ctx``: context per user (fastest/best-quality/users; default 4096); ``min_ctx``: a
-    floor for any goal; ``n_users``/``min_tok_per_s``: the users goal (each user at
-    ``ctx`` tokens of depth must get ``min_tok_per_s``); ``leave_free_bytes``: kept free
-    on every device above the margin; ``max_kld``: weight quants worse than this are not
-    picked unless they are the user's own file; ``kv_types``: cache types allowed.
-
-    ``draft``: a speculative draft model to consider (``draft_acceptance`` α, at most
-    ``draft_max`` drafted tokens per step); ``rpc_hosts``: remote machines to split over
-    with llama.cpp's RPC backend, joined by ``link`` (see the module doc).
-    """
-
-    name: GoalName
-    ctx: int | None = None
-    min_ctx: int = 0
-    n_users: int = 1
-    min_tok_per_s: float | None = None
-    leave_free_bytes: int = 0
-    margin_bytes: int = DEFAULT_MARGIN_BYTES
-    max_kld: float | None = DEFAULT_MAX_KLD
-    kv_types: tuple[CacheType, ...] = ("f16", "q8_0")
-    draft: ModelSpec | None = None
-    draft_acceptance: float = DEFAULT_DRAFT_ACCEPTANCE
-    draft_max: int = 16
-    rpc_hosts: tuple[RpcHost, ...] = ()
-    link: Link = field(default_factory=Link)
-
-    def __post_init__(self) -> None:
-        if self.name not in GOALS:
-            raise PlanError(f"unknown goal {self.name!r}; choose one of {', '.join(GOALS)}")
-        if self.n_users < 1:
-            raise PlanError(f"users must be ≥ 1, got {self.n_users}")
-        if self.leave_free_bytes < 0 or self.margin_bytes < 0:
-            raise PlanError("memory to leave free must be ≥ 0")
-        if not self.kv_types:
-            raise PlanError("at least one KV cache type is needed")
-        if not 0.0 <= self.draft_acceptance < 1.0:
-            raise PlanError(f"draft acceptance must be in [0, 1), got {self.draft_acceptance}")
-        if self.draft_max < 1:
-            raise PlanError(f"draft length must be ≥ 1, got {self.draft_max}")
-        endpoints = [h.endpoint for h in self.rpc_hosts]
-        if len(set(endpoints)) != len(endpoints):
-            raise PlanError("each RPC host needs its own host:port")
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One complete plan: a quant, settings, their memory and speed.
-
-    ``n_ctx_per_user`` tokens for each of ``n_users``; ``gpu_layers`` of ``n_layers``
-    repeating layers sit on GPUs; ``spare_bytes`` per device is capacity minus total
-    (None: unknown); ``speed`` at ``speed.depth`` tokens of context.
-    """
-
-    quant: QuantOption
-    settings: Settings
-    estimate: MemoryEstimate
-    speed: SpeedPrediction
-    n_ctx_per_user: int
-    n_users: int
-    gpu_layers: int
-    n_layers: int
-    spare_bytes: tuple[tuple[str, int | None], ...]
-
-    @property
-    def all_on_gpu(self) -> bool:
-        """Return whether every layer, experts included, sits on a GPU."""
-        return self.gpu_layers >= self.n_layers and self.settings.n_cpu_moe == 0
-
-    @property
-    def kv_type(self) -> str:
-        """Return the cache types as "f16" or "q8_0/f16" (K/V)."""
-        k, v = self.settings.cache_type_k, self.settings.cache_type_v
-        return k if k == v else f"{k}/{v}"
-
-
-@dataclass(frozen=True, slots=True)
-class Recommendation:
-    """The planner's answer: ``best`` (None: nothing fits), the ``runner_up`` it beat,
-    ``why`` in plain words, and ``feasible`` False when the goal's constraints were not
-    all met (then ``best`` is the closest plan and ``why`` says what is missing)."""
-
-    goal: Goal
-    best: Candidate | None
-    runner_up: Candidate | None
-    why: str
-    feasible: bool
-    n_evaluated: int
-    alternatives: tuple[Candidate, ...] = field(default=())
-    draft: DraftPlan | None = None
-    rpc: RpcPlan | None = None
-    hardware: Hardware | None = None
-    """The devices planned on: ``hardware`` with the RPC devices first (None: as given)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DraftPlan:
-    """The planner's verdict on a speculative draft model (see the module doc).
-
-    ``used``: recommended; ``why``: the reason either way, in plain words. The numbers are
-    None where the planner never got to them (e.g. the draft did not fit). ``settings``
-    are the draft's (``n_gpu_layers`` is ``-ngld``); ``estimate`` is its memory alone.
-    """
-
-    spec: ModelSpec
-    used: bool
-    why: str
-    acceptance: float
-    settings: Settings | None = None
-    estimate: MemoryEstimate | None = None
-    draft_tok_per_s: float | None = None
-    target_tok_per_s: float | None = None
-    speed_ratio: float | None = None
-    draft_max: int | None = None
-    tokens_per_step: float | None = None
-    speedup: float | None = None
-
-    @property
-    def decode_tok_per_s(self) -> float | None:
-        """Return the predicted one-user decode speed with the draft."""
-        if self.target_tok_per_s is None or self.speedup is None:
-            return None
-        return self.target_tok_per_s * self.speedup
-
-
-@dataclass(frozen=True, slots=True)
-class MachineMemory:
-    """Memory on one machine of an RPC split: ``machine`` is "this machine" or host:port."""
-
-    machine: str
-    devices: tuple[str, ...]
-    total_bytes: int
-    weights_bytes: int
-    capacity_bytes: int | None
-    n_layers: int
-
-
-@dataclass(frozen=True, slots=True)
-class RpcPlan:
-    """A split over machines with llama.cpp's RPC backend, and how to start it.
-
-    ``machines``: memory per machine, remotes first; ``n_boundaries``: machine changes a
-    token's hidden state makes per step; ``network_s_per_token`` what they cost;
-    ``remote_commands``: one ``rpc-server`` argv per remote; ``rpc_arg``: ``--rpc``'s value.
-    """
-
-    hosts: tuple[RpcHost, ...]
-    link: Link
-    machines: tuple[MachineMemory, ...]
-    n_boundaries: int
-    network_s_per_token: float
-    remote_commands: tuple[tuple[str, ...], ...]
-    rpc_arg: str
 
 
 class _Search:
@@ -755,7 +415,7 @@ def recommend(
         rec = _consider_draft(spec, hardware, goal, opts, factors, machines, rec)
     if machines is not None:
         rpc = _rpc_plan(spec, goal, search, rec.best)
-        rec = dataclasses.replace(rec, rpc=rpc, why=f"{rec.why} {_rpc_words(rpc)}")
+        rec = dataclasses.replace(rec, rpc=rpc, why=f"{rec.why} {rpc_words(rpc)}")
     return dataclasses.replace(rec, hardware=hardware)
 
 
@@ -921,34 +581,6 @@ def _rpc_plan(spec: ModelSpec, goal: Goal, search: _Search, best: Candidate | No
     )
 
 
-RPC_SECURITY_NOTE: Final = (
-    "rpc-server has no authentication or encryption (it warns: never expose it to an "
-    "open network): -H 0.0.0.0 listens on every interface, so run it only on a trusted "
-    "LAN, or bind -H to the LAN address and firewall the port to the main machine."
-)
-
-
-def _rpc_words(rpc: RpcPlan) -> str:
-    if not rpc.machines:
-        return (
-            f"Split over {len(rpc.hosts) + 1} machines with llama.cpp's RPC backend: nothing fits."
-        )
-    parts = []
-    for m in rpc.machines:
-        cap = f" of {format_bytes(m.capacity_bytes)}" if m.capacity_bytes else ""
-        parts.append(
-            f"{m.machine} {format_bytes(m.total_bytes)}{cap} ({', '.join(m.devices)}, "
-            f"{m.n_layers} layers)"
-        )
-    return (
-        f"Split over {len(rpc.machines)} machines with llama.cpp's RPC backend: "
-        f"{'; '.join(parts)}. The network costs ~{rpc.network_s_per_token * 1000:.1f} ms per "
-        f"token ({rpc.n_boundaries} machine crossings of the hidden state at "
-        f"{rpc.link.gbit_per_s:g} Gbit/s and {rpc.link.latency_s * 1000:g} ms each), "
-        "included in the speed."
-    )
-
-
 def server_argv(
     model_path: str,
     rec: Recommendation,
@@ -1082,164 +714,6 @@ def _nothing_fits(goal: Goal, opts: Sequence[QuantOption], hardware: Hardware) -
 # --- words ---------------------------------------------------------------------------------
 
 
-def fmt_ctx(n: int) -> str:
-    """Return a context size the way people say it: "32k tokens", "83,712 tokens"."""
-    if n >= 1024 and n % 1024 == 0:
-        return f"{n // 1024}k tokens"
-    return f"{n:,} tokens"
-
-
-def _gpu_words(hardware: Hardware) -> str:
-    gpus = hardware.gpus
-    if not gpus:
-        return "system RAM"
-    names = {g.description or g.name for g in gpus}
-    if len(gpus) == 1:
-        g = gpus[0]
-        size = (
-            f" ({format_bytes(g.capacity_bytes)})" if g.capacity_bytes and not g.description else ""
-        )
-        return f"your {g.description or g.name}{size}"
-    if len(names) == 1:
-        return f"your {len(gpus)}× {next(iter(names))}"
-    return f"your {len(gpus)} GPUs"
-
-
-def _placement_words(c: Candidate, hardware: Hardware) -> str:
-    ctx = fmt_ctx(c.n_ctx_per_user)
-    users = f" for each of {c.n_users} users" if c.n_users > 1 else ""
-    if not hardware.gpus:
-        host = c.estimate.devices[-1]
-        cap = f" of {format_bytes(host.capacity_bytes)}" if host.capacity_bytes else ""
-        used = format_bytes(host.total_bytes)
-        return f"runs from system RAM with {ctx} of context{users}, using {used}{cap}"
-    gpu_spare = [
-        s for (_, s), d in zip(c.spare_bytes, c.estimate.devices, strict=True) if d.kind == "gpu"
-    ]
-    spare = min((s for s in gpu_spare if s is not None), default=None)
-    spare_words = f" with {format_bytes(spare)} spare" if spare is not None else ""
-    if c.settings.n_cpu_moe and c.all_on_gpu:
-        return (
-            f"keeps all {c.n_layers} layers on {_gpu_words(hardware)} with the experts of "
-            f"{c.settings.n_cpu_moe} layers in system RAM, {ctx} of context{users}{spare_words}"
-        )
-    if c.all_on_gpu:
-        where = _gpu_words(hardware)
-        return f"keeps all {c.n_layers} layers and {ctx} of context{users} on {where}{spare_words}"
-    off = c.n_layers - c.gpu_layers
-    return (
-        f"puts {c.gpu_layers} of {c.n_layers} layers on {_gpu_words(hardware)} and {off} in "
-        f"system RAM, with {ctx} of context{users}"
-    )
-
-
-def _kv_words(c: Candidate) -> str:
-    fa = "on" if c.settings.flash_attn != "off" else "off"
-    return f"{c.kv_type} KV cache, flash attention {fa}"
-
-
-def _a(word: str) -> str:
-    return f"an {word}" if word[:1].lower() in "aefhilmnorsx" and word[:1] != "q" else f"a {word}"
-
-
-def _speed_words(c: Candidate) -> str:
-    s = c.speed
-    if c.n_users > 1:
-        return (
-            f"~{format_tps(s.per_user_tok_per_s)} tok/s per user "
-            f"({format_tps(s.aggregate_tok_per_s)} in all) at {fmt_ctx(s.depth)} each"
-        )
-    return f"~{format_tps(s.decode_tok_per_s)} tok/s"
-
-
-def _versus(goal: Goal, best: Candidate, ru: Candidate, opts: Sequence[QuantOption]) -> str:
-    """Say what the runner-up would do instead, in the goal's terms."""
-    label = ru.quant.name if ru.quant.name != best.quant.name else f"{_a(ru.kv_type)} KV cache"
-    if best.all_on_gpu and not ru.all_on_gpu and ru.n_layers:
-        off = ru.n_layers - ru.gpu_layers
-        return f"{label} would push {off} layers to system RAM and drop to {_speed_words(ru)}"
-    if goal.name == "longest-context" and ru.n_ctx_per_user != best.n_ctx_per_user:
-        return f"{label} would reach only {fmt_ctx(ru.n_ctx_per_user)} ({_speed_words(ru)})"
-    if goal.name in ("fastest",) and ru.speed.decode_tok_per_s < best.speed.decode_tok_per_s:
-        return f"{label} would run at {_speed_words(ru)}"
-    qb, qr = quality_cost(best.quant, opts), quality_cost(ru.quant, opts)
-    if ru.quant.name != best.quant.name and qr > qb:
-        return (
-            f"{label} fits too ({_speed_words(ru)}) but loses more quality "
-            f"(KLD {qr:.4f} vs {qb:.4f})"
-        )
-    if ru.quant.name != best.quant.name and qr < qb:
-        return f"{label} is closer to the original (KLD {qr:.4f}) but " + (
-            "does not meet the speed" if goal.min_tok_per_s else f"runs at {_speed_words(ru)}"
-        )
-    return f"{label} would give {fmt_ctx(ru.n_ctx_per_user)} at {_speed_words(ru)}"
-
-
-def mmap_saving(c: Candidate) -> int:
-    """Return the RAM that turning mmap off would save ``c``: weights llama.cpp repacks for
-    the CPU while the mapped file keeps the originals (0 when none, or mmap is off)."""
-    if not c.settings.use_mmap:
-        return 0
-    return sum(d.other_bytes for d in c.estimate.devices if d.kind == "host")
-
-
-def _mmap_words(c: Candidate) -> str:
-    repacked = sum(d.other_bytes for d in c.estimate.devices if d.kind == "host")
-    if c.settings.use_mmap and repacked < REPACK_NOTE_BYTES:
-        return ""
-    if c.settings.use_mmap:
-        return (
-            f" Tip: turn mmap off (llama-server --load-mode none, Ollama use_mmap false) to "
-            f"save {format_bytes(repacked)} of RAM: llama.cpp repacks {c.quant.name}'s weights for "
-            "this CPU and the mapped file would keep the originals too."
-        )
-    return (
-        f" mmap is off (llama-server --load-mode none, Ollama use_mmap false): llama.cpp "
-        f"repacks {format_bytes(repacked)} of {c.quant.name}'s weights for this CPU, and a mapped "
-        "file would keep a second copy of them in RAM."
-    )
-
-
-def explain(
-    goal: Goal,
-    best: Candidate,
-    runner_up: Candidate | None,
-    hardware: Hardware,
-    *,
-    feasible: bool = True,
-    options: Sequence[QuantOption] = (),
-) -> str:
-    """Return why ``best`` was picked, in plain words with its numbers and the runner-up.
-
-    Pure: the same candidates give the same sentence (the CLI and the desktop share it).
-    """
-    lead = {
-        "longest-context": "Longest context",
-        "fastest": "Fastest",
-        "best-quality": "Best quality that fits",
-        "users": f"{goal.n_users} users",
-    }[goal.name]
-    origin = "" if best.quant.on_disk else " (simulated: download or quantize that file)"
-    text = (
-        f"{lead}: {best.quant.name}{origin} {_placement_words(best, hardware)}, "
-        f"{_speed_words(best)}, with {_a(_kv_words(best))}."
-    )
-    if best.quant.kld is not None:
-        text += (
-            f" Quality: KLD {best.quant.kld:.4f} vs FP16 (+{best.quant.delta_ppl or 0:.3f} PPL, "
-            f"measured on {best.quant.quality_model})."
-        )
-    text += _mmap_words(best)
-    if goal.name == "users" and goal.min_tok_per_s is not None:
-        ok = "meets" if feasible else "does NOT meet"
-        text += f" It {ok} the {format_tps(goal.min_tok_per_s)} tok/s per user you asked for."
-    elif goal.min_tok_per_s is not None and not feasible:
-        text += f" Nothing reaches {format_tps(goal.min_tok_per_s)} tok/s; this is the closest."
-    if runner_up is not None:
-        text += f" Runner-up: {_versus(goal, best, runner_up, options)}."
-    return text
-
-
 # --- capacity --------------------------------------------------------------------------
 
 
@@ -1336,9 +810,9 @@ def max_users(
         why = (
             f"{n} user{'s' if n != 1 else ''} fit{'s' if n == 1 else ''} with "
             f"{fmt_ctx(ctx_per_user)} each at ≥ "
-            f"{format_tps(min_tok_per_s)} tok/s: {plan.quant.name}, {_kv_words(plan)}"
+            f"{format_tps(min_tok_per_s)} tok/s: {plan.quant.name}, {kv_words(plan)}"
             f"{', one shared (unified) cache' if plan.settings.kv_unified else ''}, "
-            f"{_placement_words(plan, hardware)}, {_speed_words(plan)}. "
+            f"{placement_words(plan, hardware)}, {speed_words(plan)}. "
             f"One more user is stopped by {stop}."
         )
     return Capacity(n, ctx_per_user, min_tok_per_s, plan, limit, why)

@@ -13,16 +13,10 @@ from app.hardware.devices import Device, Hardware
 from app.hardware.profiles import compose
 from app.model.catalog import catalog_header
 from app.model.spec import ModelSpec, model_spec
-from app.planning.planner import (
-    Goal,
-    QuantOption,
-    explain,
-    fit_layers,
-    max_users,
-    quant_options,
-    recommend,
-    server_argv,
-)
+from app.planning.goals import Goal
+from app.planning.options import QuantOption, quant_options
+from app.planning.planner import fit_layers, max_users, recommend, server_argv
+from app.planning.words import explain
 from app.predict.estimate import estimate
 from app.settings import Settings
 from app.units import DEFAULT_MARGIN_BYTES
@@ -188,7 +182,7 @@ def test_a_plan_on_a_repacking_cpu_turns_mmap_off_and_says_why(
     """On an AVX2 CPU llama.cpp repacks Q4_K weights and, with mmap, the mapped file keeps
     the originals too (llama.cpp #16761): the same plan without mmap needs that much less
     RAM, so it wins, and the reasons say why."""
-    from app.planning.planner import mmap_saving
+    from app.planning.words import mmap_saving
     from app.predict.estimate import REPACK_NOTE_BYTES
 
     spec = model_spec(catalog_header("llama-3.1-8b"))

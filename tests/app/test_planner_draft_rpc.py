@@ -14,15 +14,9 @@ from app.hardware.devices import Device, Hardware
 from app.hardware.profiles import compose
 from app.model.catalog import catalog_header
 from app.model.spec import ModelSpec, model_spec
-from app.planning.planner import (
-    Goal,
-    QuantOption,
-    RpcHost,
-    quant_options,
-    recommend,
-    rpc_hardware,
-    server_argv,
-)
+from app.planning.goals import Goal, RpcHost
+from app.planning.options import QuantOption, quant_options
+from app.planning.planner import recommend, rpc_hardware, server_argv
 from app.predict.estimate import estimate
 from app.predict.speed import (
     Link,

@@ -11,7 +11,7 @@ from app.model.gguf_reader import read_model
 from app.model.spec import model_spec
 from app.planning.compare import compare_rows
 from app.planning.explain import explain_facts
-from app.planning.planner import quant_options
+from app.planning.options import quant_options
 from app.predict.estimate import estimate
 from app.predict.speed import SpeedFactors, predict_speed
 from app.settings import Settings

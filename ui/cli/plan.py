@@ -33,22 +33,18 @@ from app.measured.calibration import machine_factors
 from app.model.catalog import is_catalog
 from app.model.spec import ModelSpec, model_spec
 from app.planning.compare import CompareRow, compare_rows, repo_rows
-from app.planning.planner import (
-    COMPARE_QUANTS,
+from app.planning.goals import (
     DEFAULT_RPC_PORT,
     GOALS,
     KV_TYPES,
-    RPC_SECURITY_NOTE,
     Candidate,
     Goal,
-    QuantOption,
     Recommendation,
     RpcHost,
-    max_users,
-    quant_options,
-    recommend,
-    server_argv,
 )
+from app.planning.options import COMPARE_QUANTS, QuantOption, quant_options
+from app.planning.planner import max_users, recommend, server_argv
+from app.planning.words import RPC_SECURITY_NOTE
 from app.predict.speed import (
     DEFAULT_DRAFT_ACCEPTANCE,
     DEFAULT_LINK_GBPS,

@@ -71,7 +71,8 @@ from app.errors import GGTuneError
 from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
 from app.planning.compare import HUB_ORIGIN, CompareRow, compare_rows, repo_rows
-from app.planning.planner import COMPARE_QUANTS, QuantOption, fmt_ctx, quant_options
+from app.planning.options import COMPARE_QUANTS, QuantOption, quant_options
+from app.planning.words import fmt_ctx
 from app.predict.speed import SpeedFactors
 from app.settings import Settings
 from app.sources.hf import (

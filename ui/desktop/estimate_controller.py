@@ -27,7 +27,7 @@ from app.errors import GGTuneError
 from app.hardware.devices import Hardware
 from app.model.quant import QuantResult, simulate_all, simulate_quant
 from app.model.spec import ModelSpec
-from app.planning.planner import own_quant_name
+from app.planning.options import own_quant_name
 from app.predict.estimate import MemoryEstimate, estimate
 from app.predict.verdict import Verdict, verdict
 from app.settings import ALL_LAYERS, RUNNERS, RunnerName, Settings, runner_defaults

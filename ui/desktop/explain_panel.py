@@ -43,7 +43,7 @@ from app.planning.explain import (
     fmt_tokens,
     sections_from_facts,
 )
-from app.planning.planner import own_quant_name
+from app.planning.options import own_quant_name
 from app.predict.speed import SpeedFactors
 from app.units import format_bytes, format_tps
 from ui.desktop.estimate_controller import EstimateController, EstimateState

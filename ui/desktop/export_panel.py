@@ -44,7 +44,7 @@ from app.export.common import ModelFacts, SystemName, facts_from_spec, write_tex
 from app.export.lmstudio import LMStudioExport
 from app.export.targets import TARGETS, ExportOptions, export_for, this_system
 from app.model.spec import ModelSpec
-from app.planning.planner import own_quant_name
+from app.planning.options import own_quant_name
 from app.settings import RunnerName, Settings
 from ui.desktop.banner import MessageBanner
 from ui.desktop.estimate_controller import RUNNER_TITLES, EstimateController, EstimateState

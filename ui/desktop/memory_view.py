@@ -61,15 +61,10 @@ from app.errors import GGTuneError
 from app.hardware.devices import Hardware
 from app.model.catalog import is_catalog
 from app.model.spec import ModelSpec
-from app.planning.planner import (
-    KV_TYPES,
-    Capacity,
-    Goal,
-    QuantOption,
-    fmt_ctx,
-    max_users,
-    quant_options,
-)
+from app.planning.goals import KV_TYPES, Goal
+from app.planning.options import QuantOption, quant_options
+from app.planning.planner import Capacity, max_users
+from app.planning.words import fmt_ctx
 from app.predict.estimate import DeviceEstimate, MemoryEstimate
 from app.predict.speed import SpeedFactors, SpeedPrediction, predict_speed
 from app.predict.verdict import device_label

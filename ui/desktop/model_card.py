@@ -36,7 +36,7 @@ from app.model.catalog import (
 from app.model.facts import describe_model
 from app.model.gguf_reader import read_model
 from app.model.spec import ModelSpec, model_spec
-from app.planning.planner import own_quant_name
+from app.planning.options import own_quant_name
 from app.units import format_bytes
 
 

@@ -38,18 +38,10 @@ from PySide6.QtWidgets import (
 
 from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
-from app.planning.planner import (
-    DEFAULT_MAX_KLD,
-    Candidate,
-    Goal,
-    GoalName,
-    QuantOption,
-    Recommendation,
-    fmt_ctx,
-    own_quant_name,
-    quant_options,
-    recommend,
-)
+from app.planning.goals import Candidate, Goal, GoalName, Recommendation
+from app.planning.options import DEFAULT_MAX_KLD, QuantOption, own_quant_name, quant_options
+from app.planning.planner import recommend
+from app.planning.words import fmt_ctx
 from app.predict.speed import SpeedFactors
 from app.units import GIB, format_bytes, format_tps
 from ui.desktop.banner import MessageBanner

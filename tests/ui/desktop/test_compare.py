@@ -1,7 +1,7 @@
 """Compare tab and the memory view's speed line on the real demo model.
 
 Expected numbers come from the core (``app.planning.compare.compare_rows`` over
-``app.planning.planner.quant_options``, ``app.model.quant.simulate_quant``,
+``app.planning.options.quant_options``, ``app.model.quant.simulate_quant``,
 ``app.predict.speed.predict_speed``):
 the window shows what ``ggtune compare`` prints, and nothing else.
 """
@@ -19,7 +19,8 @@ from pytestqt.qtbot import QtBot
 
 from app.model.quant import simulate_quant
 from app.planning.compare import compare_rows, repo_rows
-from app.planning.planner import COMPARE_QUANTS, max_users, quant_options
+from app.planning.options import COMPARE_QUANTS, quant_options
+from app.planning.planner import max_users
 from app.predict.speed import predict_speed
 from app.sources.hf import list_repo, read_models
 from app.units import speed_depth

@@ -16,7 +16,7 @@ from pytestqt.qtbot import QtBot
 
 from app.model.quant import QuantResult, simulate_all, simulate_quant
 from app.model.spec import ModelSpec
-from app.planning.planner import own_quant_name
+from app.planning.options import own_quant_name
 from app.predict.estimate import estimate
 from tests.ui.desktop.test_main_window import LOAD_TIMEOUT_MS, TEST_HARDWARE, make_window
 from ui.desktop.main_window import MainWindow

@@ -14,7 +14,9 @@ from PySide6.QtCore import QSettings, Qt
 from pytestqt.qtbot import QtBot
 
 from app.errors import GGTuneError
-from app.planning.planner import COMPARE_QUANTS, Goal, quant_options, recommend
+from app.planning.goals import Goal
+from app.planning.options import COMPARE_QUANTS, quant_options
+from app.planning.planner import recommend
 from app.predict.estimate import estimate
 from tests.ui.desktop.test_main_window import TEST_HARDWARE, make_window
 from ui.desktop.estimate_controller import fit_settings
