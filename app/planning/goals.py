@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, get_args
 
 from app.errors import PlanError
+from app.export.rpc_server import parse_endpoint
 from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
 from app.planning.options import DEFAULT_MAX_KLD, QuantOption
 from app.predict.estimate import (
     MemoryEstimate,
 )
+from app.predict.rpc_traffic import LOCAL, StepTraffic
 from app.predict.speed import (
     DEFAULT_DRAFT_ACCEPTANCE,
     Link,
@@ -65,7 +67,7 @@ DRAFT_CAVEAT: Final = (
 )
 
 
-LOCAL_MACHINE: Final = "this machine"
+LOCAL_MACHINE: Final = LOCAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,14 +83,12 @@ class RpcHost:
     label: str = ""
 
     def __post_init__(self) -> None:
-        host, sep, port = self.endpoint.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise PlanError(f"RPC endpoint must be host:port, got {self.endpoint!r}")
+        parse_endpoint(self.endpoint)  # llama.cpp's own reading; PlanError with the reason
 
     @property
     def port(self) -> int:
         """Return the port rpc-server listens on."""
-        return int(self.endpoint.rpartition(":")[2])
+        return parse_endpoint(self.endpoint)[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +221,14 @@ class DraftPlan:
 
 @dataclass(frozen=True, slots=True)
 class MachineMemory:
-    """Memory on one machine of an RPC split: ``machine`` is "this machine" or host:port."""
+    """Memory on one machine of an RPC split: ``machine`` is "this machine" or host:port.
+
+    The sums over its devices (for this machine: its GPUs and its RAM, which holds the
+    token embeddings, any layers not offloaded and the host compute buffer). A remote's
+    ``load_bytes`` are the weights the main machine sends it when the model loads;
+    ``reload_bytes`` what a later load still sends with ``-c`` (tensors of at most 10 MiB:
+    larger ones the server keeps on its disk and are only named by their hash).
+    """
 
     machine: str
     devices: tuple[str, ...]
@@ -229,21 +236,43 @@ class MachineMemory:
     weights_bytes: int
     capacity_bytes: int | None
     n_layers: int
+    kv_bytes: int = 0
+    compute_bytes: int = 0
+    load_bytes: int = 0
+    reload_bytes: int = 0
+    label: str = ""
+
+    @property
+    def spare_bytes(self) -> int | None:
+        """Return capacity minus total (None: capacity unknown)."""
+        return None if self.capacity_bytes is None else self.capacity_bytes - self.total_bytes
 
 
 @dataclass(frozen=True, slots=True)
 class RpcPlan:
     """A split over machines with llama.cpp's RPC backend, and how to start it.
 
-    ``machines``: memory per machine, remotes first; ``n_boundaries``: machine changes a
-    token's hidden state makes per step; ``network_s_per_token`` what they cost;
-    ``remote_commands``: one ``rpc-server`` argv per remote; ``rpc_arg``: ``--rpc``'s value.
+    ``machines``: memory per machine, remotes first; ``traffic``: what one decode step of
+    one user moves over the network at the plan's quoted ``depth`` (None: nothing fits),
+    and ``network_s_per_token`` what it costs on ``link``; ``remote_commands``: one
+    ``ggml-rpc-server`` argv per remote; ``rpc_arg``: ``--rpc``'s value.
     """
 
     hosts: tuple[RpcHost, ...]
     link: Link
     machines: tuple[MachineMemory, ...]
-    n_boundaries: int
     network_s_per_token: float
     remote_commands: tuple[tuple[str, ...], ...]
     rpc_arg: str
+    traffic: StepTraffic | None = None
+    depth: int = 0
+
+    @property
+    def n_round_trips(self) -> int:
+        """Return the network round trips of one decode step."""
+        return 0 if self.traffic is None else self.traffic.round_trips
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Return the bytes one decode step of one user moves, both ways."""
+        return 0 if self.traffic is None else self.traffic.total_bytes

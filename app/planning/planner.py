@@ -28,13 +28,20 @@ when it decodes ≥ 2.5× faster than the target and the predicted speed-up is a
 (docs/sources.md §5); :attr:`Recommendation.draft` says why either way.
 
 A **split over several machines** with llama.cpp's RPC backend (``Goal(rpc_hosts=…)``)
-adds each remote's GPUs (its CPU when it has none) as devices ``RPC0``, ``RPC1`` … in the
-order given, before the local GPUs, as llama.cpp does (``src/llama.cpp`` puts RPC devices
-first; ``ggml-rpc.cpp`` names them ``"RPC" + n`` with a global counter); layers are split
-over all devices in proportion to their memory, like the default tensor split. The speed
-model adds the network: per token, the hidden state (``n_embd·4`` bytes) crosses each
-machine boundary over the link (default 1 Gbit/s, 0.5 ms latency).
-:attr:`Recommendation.rpc` gives the memory per machine and the commands to start it.
+adds each remote's GPUs (its CPU when it has none: what ``ggml-rpc-server`` offers by
+default) as devices ``RPC0``, ``RPC1`` … in the order given, before the local GPUs, as
+llama.cpp does (``src/llama.cpp`` puts RPC devices first; ``ggml-rpc.cpp`` names them
+``"RPC" + n`` with a global counter); layers are split over all devices in proportion to
+their memory, like the default tensor split, and the plan then pins that split with
+``-ts`` (one share per device: its layer count), so llama.cpp places the layers as planned
+whatever free memory the servers report at load time. The speed model adds the network:
+every byte llama.cpp's RPC protocol moves per step (:mod:`app.predict.rpc_traffic`: the
+hidden state at each machine change, the graph inputs each remote device needs, the logits
+when the output layer is remote) at the link's rate, and two latencies per round trip
+(default 1 Gbit/s, 0.5 ms one way). MoE experts are not moved to the CPU (``-ncmoe``) in
+such a plan: the first layers are on the remotes, so every one of them would send its
+hidden state to the main machine's CPU and back. :attr:`Recommendation.rpc` gives the
+memory per machine, the traffic and the commands that start each machine.
 
 Example::
 
@@ -45,20 +52,21 @@ Example::
     rec = recommend(spec, hardware, Goal("fastest", draft=draft_spec))     # rec.draft.used
     rpc = RpcHost(compose("rtx-3090"), "192.168.1.20:50052")
     rec = recommend(spec, hardware, Goal("fastest", rpc_hosts=(rpc,)))
-    server_argv("model.gguf", rec)      # llama-server … --rpc 192.168.1.20:50052
+    rec.rpc.remote_commands             # (('ggml-rpc-server', '-H', '192.168.1.20', …),)
+    server_argv("model.gguf", rec)      # llama-server … -ts 20,13 --rpc 192.168.1.20:50052
     max_users(spec, hardware, ctx_per_user=8192, min_tok_per_s=20).n_users
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.errors import PlanError, SettingsError
 from app.export.llama_server import llama_server_argv
+from app.export.rpc_server import CACHED_TENSOR_BYTES, rpc_server_argv
 from app.hardware.devices import Device, Hardware
 from app.model.spec import ModelSpec
 from app.planning.goals import (
@@ -85,7 +93,10 @@ from app.predict.estimate import (
     estimate,
     place_layers,
     repacked_bytes,
+    resolve_context,
+    tensor_device,
 )
+from app.predict.rpc_traffic import StepTraffic, step_traffic
 from app.predict.speed import (
     MIN_DRAFT_SPEED_RATIO,
     MIN_DRAFT_SPEEDUP,
@@ -93,7 +104,6 @@ from app.predict.speed import (
     SpeedPrediction,
     best_draft_length,
     expected_tokens_per_step,
-    network_s,
     predict_speed,
     with_network,
 )
@@ -195,9 +205,10 @@ class _Search:
         e = self.estimate(spec, layered)
         if e is not None and self.fits(e):
             options.append(layered)
-        if spec.n_expert:
+        if spec.n_expert and self.machines is None:
             # --n-cpu-moe: the fewest layers whose experts go to the CPU (llama.cpp's own
-            # --fit tries this first for MoE models, common/fit.cpp)
+            # --fit tries this first for MoE models, common/fit.cpp); not over RPC, where
+            # those first layers are remote (see the module doc)
             lo2, hi2 = 1, spec.n_layer
             found = None
             while lo2 <= hi2:
@@ -222,30 +233,47 @@ class _Search:
         )
         if self.machines is None:
             return pred
-        n = self.boundaries(spec, settings)
         link = self.goal.link
+        memory = estimate(spec, settings, self.hardware)
+
+        def net(n_tokens: int, n_outputs: int, at: int) -> float:
+            t = self.traffic(spec, settings, n_tokens, at, n_outputs=n_outputs, memory=memory)
+            return t.seconds(link)
+
+        # the prompt in micro-batches, only its last token with logits (llama-server)
+        ub = max(1, resolve_context(spec, settings).n_ubatch)
+        prefill = 0.0
+        for start in range(0, pred.n_prompt, ub):
+            n = min(ub, pred.n_prompt - start)
+            prefill += net(n, 1 if start + n >= pred.n_prompt else 0, start)
         return with_network(
             pred,
-            decode_s=network_s(1, spec.n_embd, n, link),
-            decode_batch_s=network_s(users, spec.n_embd, n, link),
-            prefill_s=network_s(pred.n_prompt, spec.n_embd, n, link),
+            decode_s=net(1, 1, depth),
+            decode_batch_s=net(users, users, depth),
+            prefill_s=prefill,
         )
 
-    def boundaries(self, spec: ModelSpec, settings: Settings) -> int:
-        """Return how many times a token's hidden state changes machine in one step: from
-        this machine (the input embeddings) through the layers and the output layer, back
-        to this machine (sampling)."""
-        if self.machines is None:
-            return 0
-        p = place_layers(spec, settings, self.hardware)
-        names = [d.name for d in self.hardware.gpus]
-
-        def machine(i: int) -> str:
-            return LOCAL_MACHINE if i < 0 else self.machines_of(names[i])
-
-        seq = [LOCAL_MACHINE, *(machine(i) for i in p.layer_device), machine(p.output_device)]
-        seq.append(LOCAL_MACHINE)
-        return sum(1 for a, b in itertools.pairwise(seq) if a != b)
+    def traffic(
+        self,
+        spec: ModelSpec,
+        settings: Settings,
+        n_tokens: int,
+        depth: int,
+        *,
+        n_outputs: int | None = None,
+        memory: MemoryEstimate | None = None,
+    ) -> StepTraffic:
+        """Return what one step of ``n_tokens`` tokens at ``depth`` moves over the network."""
+        return step_traffic(
+            spec,
+            settings,
+            self.hardware,
+            self.machines or {},
+            n_tokens=n_tokens,
+            n_outputs=n_outputs,
+            depth=depth,
+            memory=memory,
+        )
 
     def machines_of(self, device: str) -> str:
         return (self.machines or {}).get(device, LOCAL_MACHINE)
@@ -414,8 +442,9 @@ def recommend(
     if goal.draft is not None:
         rec = _consider_draft(spec, hardware, goal, opts, factors, machines, rec)
     if machines is not None:
-        rpc = _rpc_plan(spec, goal, search, rec.best)
-        rec = dataclasses.replace(rec, rpc=rpc, why=f"{rec.why} {rpc_words(rpc)}")
+        best = None if rec.best is None else pin_split(search, rec.best)
+        rpc = _rpc_plan(goal, search, best)
+        rec = dataclasses.replace(rec, best=best, rpc=rpc, why=f"{rec.why} {rpc_words(rpc)}")
     return dataclasses.replace(rec, hardware=hardware)
 
 
@@ -547,16 +576,55 @@ def _consider_draft(
     return dataclasses.replace(drafted, draft=plan, why=f"{drafted.why} {why} {DRAFT_CAVEAT}")
 
 
-def _rpc_plan(spec: ModelSpec, goal: Goal, search: _Search, best: Candidate | None) -> RpcPlan:
-    """Return the memory per machine of ``best`` and the commands that start the split."""
+def layer_split(spec: ModelSpec, settings: Settings, hardware: Hardware) -> tuple[float, ...]:
+    """Return ``-ts`` shares that place the layers exactly where ``settings`` place them:
+    each GPU's count of layers (the output layer included, as llama.cpp counts it).
+
+    llama.cpp gives layer ``il`` to the first device whose cumulative share exceeds
+    ``(il − i_gpu_start) / n_offloaded`` (``src/llama-model.cpp`` ``load_tensors``,
+    ``std::upper_bound`` over the normalised shares), so shares equal to the layer counts
+    reproduce a placement exactly (both divisions are of whole numbers by the same total).
+    """
+    p = place_layers(spec, settings, hardware)
+    counts = [0] * len(hardware.gpus)
+    for i in (*p.layer_device, p.output_device):
+        if i >= 0:
+            counts[i] += 1
+    return tuple(float(c) for c in counts)
+
+
+def pin_split(search: _Search, cand: Candidate) -> Candidate:
+    """Return ``cand`` with its layer split written out as ``-ts`` (:func:`layer_split`).
+
+    Over RPC, llama.cpp's default split follows the free memory each server reports when
+    the model loads, which the plan cannot know; the pinned shares keep the plan's
+    placement. The estimate is recomputed with them (it is the same placement).
+    """
+    spec = cand.quant.spec
+    if len(search.hardware.gpus) < 2 or cand.gpu_layers == 0:
+        return cand
+    pinned = cand.settings.replace(tensor_split=layer_split(spec, cand.settings, search.hardware))
+    est = search.estimate(spec, pinned)
+    if est is None:
+        return cand
+    return dataclasses.replace(cand, settings=pinned, estimate=est)
+
+
+def _rpc_plan(goal: Goal, search: _Search, best: Candidate | None) -> RpcPlan:
+    """Return the memory per machine of ``best``, its traffic, and the commands."""
     order = [*(h.endpoint for h in goal.rpc_hosts), LOCAL_MACHINE]
+    labels = {h.endpoint: h.label for h in goal.rpc_hosts}
     machines: list[MachineMemory] = []
-    n_boundaries = 0
+    traffic = None
     net = 0.0
+    depth = 0
     if best is not None:
+        spec = best.quant.spec
+        loads = _load_bytes(spec, best.settings, search)
         for m in order:
             devs = [d for d in best.estimate.devices if search.machines_of(d.name) == m]
             caps = [d.capacity_bytes for d in devs]
+            load, reload = loads.get(m, (0, 0)) if m != LOCAL_MACHINE else (0, 0)
             machines.append(
                 MachineMemory(
                     machine=m,
@@ -565,20 +633,45 @@ def _rpc_plan(spec: ModelSpec, goal: Goal, search: _Search, best: Candidate | No
                     weights_bytes=sum(d.weights_bytes for d in devs),
                     capacity_bytes=None if None in caps else sum(c or 0 for c in caps),
                     n_layers=sum(d.n_layers for d in devs),
+                    kv_bytes=sum(d.kv_bytes + d.recurrent_bytes for d in devs),
+                    compute_bytes=sum(d.compute_bytes for d in devs),
+                    load_bytes=load,
+                    reload_bytes=reload,
+                    label=labels.get(m, ""),
                 )
             )
-        n_boundaries = search.boundaries(best.quant.spec, best.settings)
-        net = network_s(1, spec.n_embd, n_boundaries, goal.link)
-    remote = tuple(("rpc-server", "-H", "0.0.0.0", "-p", str(h.port)) for h in goal.rpc_hosts)
+        depth = best.speed.depth
+        traffic = search.traffic(spec, best.settings, 1, depth, memory=best.estimate)
+        net = traffic.seconds(goal.link)
+    remote = tuple(rpc_server_argv(h.endpoint) for h in goal.rpc_hosts)
     return RpcPlan(
         hosts=goal.rpc_hosts,
         link=goal.link,
         machines=tuple(machines),
-        n_boundaries=n_boundaries,
         network_s_per_token=net,
         remote_commands=remote,
         rpc_arg=",".join(h.endpoint for h in goal.rpc_hosts),
+        traffic=traffic,
+        depth=depth,
     )
+
+
+def _load_bytes(spec: ModelSpec, settings: Settings, search: _Search) -> dict[str, tuple[int, int]]:
+    """Return, per remote machine, the weight bytes a load sends and those a load with the
+    server's cache (``-c``) still sends (tensors of at most 10 MiB)."""
+    placement = place_layers(spec, settings, search.hardware)
+    names = [g.name for g in search.hardware.gpus]
+    out: dict[str, tuple[int, int]] = {}
+    for t in spec.tensors:
+        i = tensor_device(t, placement, settings.n_cpu_moe)
+        if i < 0:
+            continue
+        m = search.machines_of(names[i])
+        if m == LOCAL_MACHINE:
+            continue
+        load, reload = out.get(m, (0, 0))
+        out[m] = (load + t.n_bytes, reload + (t.n_bytes if t.n_bytes <= CACHED_TENSOR_BYTES else 0))
+    return out
 
 
 def server_argv(

@@ -20,13 +20,15 @@ from app.predict.estimate import (
 from app.units import format_bytes, format_tps
 
 RPC_SECURITY_NOTE: Final = (
-    "rpc-server has no authentication or encryption (it warns: never expose it to an "
-    "open network): -H 0.0.0.0 listens on every interface, so run it only on a trusted "
-    "LAN, or bind -H to the LAN address and firewall the port to the main machine."
+    "ggml-rpc-server has no authentication or encryption (it warns: never expose it to an "
+    "open network): run it only on a trusted LAN; -H binds it to the address the main "
+    "machine uses (-H 0.0.0.0, for a host name, listens on every interface), and a firewall "
+    "should let only the main machine reach the port."
 )
 
 
 def rpc_words(rpc: RpcPlan) -> str:
+    """Say how a split over machines uses each one, what the network costs and the load."""
     if not rpc.machines:
         return (
             f"Split over {len(rpc.hosts) + 1} machines with llama.cpp's RPC backend: nothing fits."
@@ -38,12 +40,28 @@ def rpc_words(rpc: RpcPlan) -> str:
             f"{m.machine} {format_bytes(m.total_bytes)}{cap} ({', '.join(m.devices)}, "
             f"{m.n_layers} layers)"
         )
+    t = rpc.traffic
+    moved = (
+        ""
+        if t is None
+        else (
+            f"{format_bytes(t.total_bytes, down_to='bytes')} in {t.messages} messages with "
+            f"{t.round_trips} round trip{'s' if t.round_trips != 1 else ''} per token"
+        )
+    )
+    load = sum(m.load_bytes for m in rpc.machines)
+    load_words = (
+        f" Loading sends {format_bytes(load)} of weights to the other machines "
+        f"(~{load * 8 / (rpc.link.gbit_per_s * 1e9):.0f} s); with -c a later load sends "
+        f"{format_bytes(sum(m.reload_bytes for m in rpc.machines))}."
+        if load
+        else ""
+    )
     return (
         f"Split over {len(rpc.machines)} machines with llama.cpp's RPC backend: "
-        f"{'; '.join(parts)}. The network costs ~{rpc.network_s_per_token * 1000:.1f} ms per "
-        f"token ({rpc.n_boundaries} machine crossings of the hidden state at "
-        f"{rpc.link.gbit_per_s:g} Gbit/s and {rpc.link.latency_s * 1000:g} ms each), "
-        "included in the speed."
+        f"{'; '.join(parts)}. The network costs ~{rpc.network_s_per_token * 1000:.2f} ms per "
+        f"token at {rpc.depth:,} tokens of context ({moved} at {rpc.link.gbit_per_s:g} Gbit/s "
+        f"and {rpc.link.latency_s * 1000:g} ms one way), included in the speed.{load_words}"
     )
 
 

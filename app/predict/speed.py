@@ -795,19 +795,6 @@ class Link:
             raise ValueError("the link needs a bandwidth > 0 and a latency ≥ 0")
 
 
-def network_s(n_tokens: int, n_embd: int, n_boundaries: int, link: Link) -> float:
-    """Return the seconds spent moving ``n_tokens`` hidden states over ``n_boundaries``
-    machine boundaries: each boundary sends ``n_tokens·n_embd·4`` bytes (F32 activations)
-    at the link's bandwidth plus one latency.
-
-    A lower bound: llama.cpp's RPC backend also exchanges small commands per graph.
-    """
-    if n_boundaries <= 0:
-        return 0.0
-    per = n_tokens * n_embd * 4 * 8 / (link.gbit_per_s * 1e9) + link.latency_s
-    return n_boundaries * per
-
-
 def with_network(
     pred: SpeedPrediction,
     *,
@@ -817,7 +804,8 @@ def with_network(
 ) -> SpeedPrediction:
     """Return ``pred`` with ``decode_s`` added to each one-user decode step,
     ``decode_batch_s`` (default ``decode_s``) to each step of ``n_users`` together and
-    ``prefill_s`` to the prompt (the network time of an RPC split, :func:`network_s`)."""
+    ``prefill_s`` to the prompt (the network time of an RPC split,
+    :meth:`app.predict.rpc_traffic.StepTraffic.seconds`)."""
     batch_s = decode_s if decode_batch_s is None else decode_batch_s
     if decode_s <= 0 and prefill_s <= 0 and batch_s <= 0:
         return pred

@@ -14,15 +14,20 @@ from app.hardware.devices import Device, Hardware
 from app.hardware.profiles import compose
 from app.model.catalog import catalog_header
 from app.model.spec import ModelSpec, model_spec
-from app.planning.goals import Goal, RpcHost
-from app.planning.options import QuantOption, quant_options
-from app.planning.planner import recommend, rpc_hardware, server_argv
+from app.planning.planner import (
+    Goal,
+    QuantOption,
+    RpcHost,
+    quant_options,
+    recommend,
+    rpc_hardware,
+    server_argv,
+)
 from app.predict.estimate import estimate
 from app.predict.speed import (
     Link,
     best_draft_length,
     expected_tokens_per_step,
-    network_s,
     predict_speed,
     speculative_speedup,
 )
@@ -249,26 +254,53 @@ def test_rpc_split_of_a_70b_fits_where_one_machine_does_not(
     assert sum(m.weights_bytes for m in rpc.machines) == sum(
         d.weights_bytes for d in single.devices
     )
-    # network: this machine -> RPC0 -> RPC1 -> CUDA0 (output) -> sampling: 3 crossings of
-    # n_embd·4 = 32 KiB at 1 Gbit/s (0.26 ms) + 0.5 ms each
-    assert rpc.n_boundaries == 3
-    assert rpc.network_s_per_token == pytest.approx(3 * (8192 * 4 * 8 / 1e9 + 0.0005))
+    # the split is pinned with -ts: each device's layer count (the output layer included)
+    counts = best.settings.tensor_split
+    assert sum(counts) == spec.n_layer_all + 1
+    remote_layers = [float(m.n_layers) for m in rpc.machines[:2]]
+    # this machine's GPU also holds the output layer
+    assert counts == (*remote_layers, float(best.estimate.device("CUDA0").n_layers + 1))
+    assert estimate(spec, best.settings, rec.hardware) == best.estimate
+    # network, per token: this machine -> RPC0 -> (via this machine) RPC1 -> CUDA0, which
+    # holds the output layer: two GET_TENSOR round trips (RPC0's and RPC1's last hidden
+    # state), the embeddings and RPC0's result sent on, and each remote's graph inputs
+    t = rpc.traffic
+    assert t is not None
+    assert t.complete
+    assert [m.machine for m in t.machines] == ["10.0.0.2:50052", "10.0.0.3:50052"]
+    assert t.round_trips == 2
+    hidden = 8192 * 4
+    fa = best.estimate.context.flash_attn
+    n_kv = -(-(best.speed.depth + 1) // 256) * 256
+    inputs = 314 + 4 + (314 + 8) * 2 + 314 + n_kv * (2 if fa else 4)
+    if not fa:
+        inputs += 8 * (1024 - 1)  # V stored transposed: one index per V element
+    for m in t.machines:
+        assert m.sent_bytes == 13 + 321 + 314 + hidden + inputs
+        assert m.received_bytes == 8 + hidden
+    assert rpc.network_s_per_token == pytest.approx(t.total_bytes * 8 / 1e9 + 2 * 2 * 0.0005)
     raw = predict_speed(spec, best.settings, rec.hardware, depth=best.speed.depth)
     assert 1 / best.speed.decode_tok_per_s == pytest.approx(
         1 / raw.decode_tok_per_s + rpc.network_s_per_token
     )
     assert "RPC backend" in rec.why
     assert "ms per token" in rec.why
-    # the commands
+    # loading sends each remote its weights; with -c a later load only the small tensors
+    for m in rpc.machines[:2]:
+        assert m.load_bytes == m.weights_bytes
+        assert 0 < m.reload_bytes < m.load_bytes / 20  # norms, K/V projections: ~2 %
+    assert rpc.machines[2].load_bytes == 0
+    # the commands: ggml-rpc-server bound to the address the main machine uses, with cache
     assert rpc.remote_commands == (
-        ("rpc-server", "-H", "0.0.0.0", "-p", "50052"),
-        ("rpc-server", "-H", "0.0.0.0", "-p", "50052"),
+        ("ggml-rpc-server", "-H", "10.0.0.2", "-p", "50052", "-c"),
+        ("ggml-rpc-server", "-H", "10.0.0.3", "-p", "50052", "-c"),
     )
     argv = server_argv("/models/llama-70b-Q4_K_M.gguf", rec)
     line = shlex.join(argv)
     assert shlex.split(line) == list(argv)
     assert argv[:3] == ("llama-server", "-m", "/models/llama-70b-Q4_K_M.gguf")
     assert argv[argv.index("--rpc") + 1] == "10.0.0.2:50052,10.0.0.3:50052"
+    assert argv[argv.index("-ts") + 1] == ",".join(str(int(c)) for c in counts)
     text = (llama_cpp_source / VENDORED / "common/arg.cpp").read_text()
     assert '{"--rpc"}' in text
     assert '{"--spec-draft-n-max"}' in text
@@ -288,7 +320,11 @@ def test_slower_link_slows_the_split(llama70b_q4: QuantOption) -> None:
     assert fast.best is not None
     assert slow.best is not None
     assert slow.best.speed.decode_tok_per_s < fast.best.speed.decode_tok_per_s
-    assert network_s(1, 8192, 0, Link()) == 0.0
+    assert slow.rpc is not None
+    assert fast.rpc is not None
+    assert slow.rpc.traffic == fast.rpc.traffic  # the same bytes, on a slower link
+    # a tenth of the bandwidth and ten times the latency: ten times the network time
+    assert slow.rpc.network_s_per_token == pytest.approx(10 * fast.rpc.network_s_per_token)
 
 
 def test_rpc_host_checks() -> None:
@@ -296,6 +332,10 @@ def test_rpc_host_checks() -> None:
         RpcHost(compose("rtx-3090"), "no-port")
     with pytest.raises(PlanError):
         RpcHost(compose("rtx-3090"), "host:99999")
+    with pytest.raises(PlanError, match="IPv6"):
+        RpcHost(compose("rtx-3090"), "[fe80::1]:50052")
+    with pytest.raises(PlanError, match="IPv6"):
+        RpcHost(compose("rtx-3090"), "fe80::1:50052")
     h = RpcHost(compose("rtx-3090"), "a:50052")
     with pytest.raises(PlanError):
         Goal("fastest", rpc_hosts=(h, h))

@@ -70,7 +70,13 @@ def test_recommend_split_over_rpc_hosts(capsys: pytest.CaptureFixture[str]) -> N
         "this machine",
     ]
     assert data["goal"]["rpc_hosts"] == ["10.0.0.2:50052", "remote2:50052"]
-    assert rpc["remote_commands"] == ["rpc-server -H 0.0.0.0 -p 50052"] * 2
+    # an IPv4 address is bound as given; a name (remote2) cannot be (-H takes no names)
+    assert rpc["remote_commands"] == [
+        "ggml-rpc-server -H 10.0.0.2 -p 50052 -c",
+        "ggml-rpc-server -H 0.0.0.0 -p 50052 -c",
+    ]
+    assert rpc["traffic"]["round_trips"] == len(rpc["traffic"]["machines"])
+    assert rpc["traffic"]["complete"]
     assert "never expose" in rpc["security"]
     argv = shlex.split(data["command"])
     assert argv[argv.index("--rpc") + 1] == "10.0.0.2:50052,remote2:50052"
@@ -83,7 +89,7 @@ def test_recommend_rpc_text_prints_the_commands(capsys: pytest.CaptureFixture[st
                 "rtx-3060-12g", "--ram", "64", "--rpc-host", "rtx-3060-12g@192.168.1.9:50053",
                 "--link-gbps", "10"]) == 0  # fmt: skip
     out = capsys.readouterr().out
-    assert "192.168.1.9:50053:  rpc-server -H 0.0.0.0 -p 50053" in out
+    assert "192.168.1.9:50053:  ggml-rpc-server -H 192.168.1.9 -p 50053 -c" in out
     assert "10 Gbit/s" in out
     main = out.split("on this machine:\n", 1)[1].splitlines()[0]
     argv = shlex.split(main)

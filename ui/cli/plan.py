@@ -37,6 +37,7 @@ from app.planning.goals import (
     DEFAULT_RPC_PORT,
     GOALS,
     KV_TYPES,
+    LOCAL_MACHINE,
     Candidate,
     Goal,
     Recommendation,
@@ -263,10 +264,20 @@ def _rpc_dict(rec: Recommendation) -> dict[str, Any] | None:
     r = rec.rpc
     if r is None:
         return None
+    t = r.traffic
     return {
         "machines": [dataclasses.asdict(m) for m in r.machines],
-        "n_boundaries": r.n_boundaries,
         "network_s_per_token": r.network_s_per_token,
+        "depth": r.depth,
+        "traffic": None
+        if t is None
+        else {
+            "bytes_per_token": t.total_bytes,
+            "round_trips": t.round_trips,
+            "messages": t.messages,
+            "complete": t.complete,
+            "machines": [dataclasses.asdict(m) for m in t.machines],
+        },
         "link": dataclasses.asdict(r.link),
         "remote_commands": [shlex.join(c) for c in r.remote_commands],
         "rpc": r.rpc_arg,
@@ -460,6 +471,7 @@ def _print_draft_rpc(args: argparse.Namespace, rec: Recommendation) -> None:
     if rec.draft is not None and rec.draft.used:
         print(f"draft: -md {rec.draft.spec.path} --spec-type draft-simple (see above)")
     if rec.rpc is not None:
+        _print_machines(rec)
         print("\non each remote machine:")
         for host, argv in zip(rec.rpc.hosts, rec.rpc.remote_commands, strict=True):
             print(f"  {host.endpoint}:  {shlex.join(argv)}")
@@ -468,6 +480,52 @@ def _print_draft_rpc(args: argparse.Namespace, rec: Recommendation) -> None:
             print("  (remoteN: give each machine's address with --rpc-host PROFILE@HOST:PORT)")
     if rec.rpc is not None or (rec.draft is not None and rec.draft.used):
         print(f"\non this machine:\n  {shlex.join(_server_argv(args, rec))}")
+
+
+def _print_machines(rec: Recommendation) -> None:
+    """Print memory per device and machine, and what loading and one token send each one."""
+    rpc, best = rec.rpc, rec.best
+    if rpc is None or best is None or not rpc.machines:
+        return
+    where = {d: m.machine for m in rpc.machines for d in m.devices}
+    rows = [["machine", "device", "layers", "weights", "KV", "compute", "total", "capacity",
+             "spare"]]  # fmt: skip
+    for d in best.estimate.devices:
+        rows.append(
+            [
+                where.get(d.name, "?"),
+                "RAM" if d.kind == "host" else d.name,
+                str(d.n_layers),
+                format_bytes(d.weights_bytes),
+                format_bytes(d.kv_bytes + d.recurrent_bytes),
+                format_bytes(d.compute_bytes),
+                format_bytes(d.total_bytes),
+                format_bytes(d.capacity_bytes),
+                format_bytes(d.headroom_bytes),
+            ]
+        )
+    print()
+    print_table(rows)
+    traffic = {m.machine: m for m in rpc.traffic.machines} if rpc.traffic else {}
+    net = [["remote machine", "load", "reload (-c)", "sent/token", "back/token", "round trips"]]
+    for m in rpc.machines:
+        if m.machine == LOCAL_MACHINE:
+            continue
+        t = traffic.get(m.machine)
+        net.append(
+            [
+                m.machine + (f" ({m.label})" if m.label else ""),
+                format_bytes(m.load_bytes),
+                format_bytes(m.reload_bytes),
+                format_bytes(t.sent_bytes, down_to="bytes") if t else "-",
+                format_bytes(t.received_bytes, down_to="bytes") if t else "-",
+                str(t.round_trips) if t else "0",
+            ]
+        )
+    print()
+    print_table(net)
+    if rpc.traffic is not None and not rpc.traffic.complete:
+        print("  (this model has inputs the network figures leave out: they are a lower bound)")
 
 
 def run_plan(args: argparse.Namespace) -> int:
