@@ -95,8 +95,9 @@ from ui.desktop.download import (
     progress_text,
 )
 from ui.desktop.estimate_controller import EstimateController, EstimateState
-from ui.desktop.memory_view import LatestJob, SpeedController, model_file_bytes
+from ui.desktop.jobs import LatestJob
 from ui.desktop.model_card import describe_error
+from ui.desktop.speed import SpeedController, model_file_bytes
 
 ChartMetric = Literal["memory", "speed"]
 

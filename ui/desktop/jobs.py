@@ -15,6 +15,11 @@ Example (GUI thread)::
 
 A job whose ``parent`` is destroyed before it ends is dropped silently: its callbacks never
 run. Jobs are not cancellable; keep them short (≤ a few seconds).
+
+:class:`LatestJob` runs the latest of a stream of requests (a slider's ticks): it waits
+``delay_ms`` for the requests to rest, runs only the newest on the pool, and drops the
+answer of any request a newer one replaced. The Memory view's users, Compare and
+Recommend use it.
 """
 
 from __future__ import annotations
@@ -23,7 +28,14 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
+from PySide6.QtCore import (
+    QObject,
+    QRunnable,
+    QThreadPool,
+    QTimer,
+    Signal,
+    Slot,
+)
 
 T = TypeVar("T")
 
@@ -124,3 +136,89 @@ def run_job(
     job = _Job(fn, relay)
     _LIVE.add(job)
     job_pool().start(job)
+
+
+class LatestJob(QObject):
+    """Run the newest of a series of requests on the job pool, after a quiet spell.
+
+    GUI thread. :meth:`request` replaces any request not yet started and restarts the
+    ``delay_ms`` timer; at most one job runs at a time; a result whose request was
+    superseded (or :meth:`cancel` led) is dropped, so ``on_success``/``on_failure`` only
+    ever see the newest answer. ``busy_changed(bool)`` says whether an answer is awaited.
+    """
+
+    busy_changed = Signal(bool)
+
+    def __init__(
+        self,
+        delay_ms: int,
+        on_success: Callable[[Any], None],
+        on_failure: Callable[[Exception], None],
+        parent: QObject,
+    ) -> None:
+        super().__init__(parent)
+        self._on_success = on_success
+        self._on_failure = on_failure
+        self._pending: Callable[[], object] | None = None
+        self._running = False
+        self._serial = 0
+        self._busy = False
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(delay_ms)
+        self._timer.timeout.connect(self._on_timer_timeout)
+
+    @property
+    def busy(self) -> bool:
+        """Whether an answer is awaited (waiting out the delay or running)."""
+        return self._busy
+
+    def request(self, fn: Callable[[], object], *, now: bool = False) -> None:
+        """Run ``fn`` on the pool after the delay (``now``: at once), instead of older ones."""
+        self._serial += 1
+        self._pending = fn
+        self._set_busy(True)
+        if now:
+            self._timer.stop()
+            self._on_timer_timeout()
+        else:
+            self._timer.start()
+
+    def cancel(self) -> None:
+        """Forget the request waiting and drop the answer of the one running."""
+        self._serial += 1
+        self._pending = None
+        self._timer.stop()
+        self._set_busy(False)
+
+    def _set_busy(self, busy: bool) -> None:
+        if busy != self._busy:
+            self._busy = busy
+            self.busy_changed.emit(busy)
+
+    def _on_timer_timeout(self) -> None:
+        if self._running or self._pending is None:
+            return  # the running job's end starts the pending one
+        fn, self._pending = self._pending, None
+        serial = self._serial
+        self._running = True
+        run_job(
+            fn,
+            on_success=lambda result: self._on_job_done(serial, result, None),
+            on_failure=lambda error: self._on_job_done(serial, None, error),
+            parent=self,
+        )
+
+    def _on_job_done(self, serial: int, result: object, error: Exception | None) -> None:
+        self._running = False
+        if serial != self._serial:
+            if self._pending is not None:
+                # wait out the delay again: restarting at once kept a job running through
+                # every slider drag, and its GIL time doubled the tick
+                self._timer.start()
+            return
+        self._set_busy(False)
+        if error is not None:
+            self._on_failure(error)
+        else:
+            self._on_success(result)

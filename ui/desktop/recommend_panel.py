@@ -47,8 +47,9 @@ from app.units import GIB, format_bytes, format_tps
 from ui.desktop.banner import MessageBanner
 from ui.desktop.compare_panel import compare_options
 from ui.desktop.estimate_controller import EstimateController
-from ui.desktop.memory_view import LatestJob, SpeedController, model_file_bytes
+from ui.desktop.jobs import LatestJob
 from ui.desktop.model_card import describe_error
+from ui.desktop.speed import SpeedController, model_file_bytes
 
 GOAL_TITLES: Final[dict[GoalName, str]] = {
     "longest-context": "Longest context",

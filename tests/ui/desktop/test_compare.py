@@ -28,7 +28,7 @@ from tests.fake_hub import REPO, FakeHub
 from tests.ui.desktop.test_main_window import TEST_HARDWARE, make_window
 from ui.desktop.compare_panel import CompareTableModel, compare_table
 from ui.desktop.main_window import MainWindow
-from ui.desktop.memory_view import SPEED_PROMPT_TOKENS, USERS_MIN_TOK_PER_S, users_goal
+from ui.desktop.speed import SPEED_PROMPT_TOKENS, USERS_MIN_TOK_PER_S, users_goal
 
 RESULT_TIMEOUT_MS = 30_000
 

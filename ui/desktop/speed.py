@@ -1,0 +1,268 @@
+"""Speed beside the memory bars: the speed factors, tok/s on every tick, users on the pool.
+
+:class:`SpeedController` adds speed to the views: the speed factors (calibrated from the
+user's own ``ggtune bench`` runs on this machine, as ``ggtune compare`` does,
+:func:`load_speed_factors`) are loaded once per model and hardware on the job pool;
+:func:`app.predict.speed.predict_speed` (~0.2 ms) runs on every tick;
+:func:`app.planning.planner.max_users` (a search, tens of ms and more) runs debounced on
+the pool through :class:`~ui.desktop.jobs.LatestJob`. The Memory view shows its
+:class:`SpeedSummary`; the Compare and Recommend tabs read its factors.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Final
+
+from PySide6.QtCore import (
+    QObject,
+    QTimer,
+    Signal,
+)
+
+from app.errors import GGTuneError
+from app.hardware.devices import Hardware
+from app.model.catalog import is_catalog
+from app.model.spec import ModelSpec
+from app.planning.goals import KV_TYPES, Goal
+from app.planning.options import QuantOption, quant_options
+from app.planning.planner import Capacity, max_users
+from app.planning.words import fmt_ctx
+from app.predict.speed import SpeedFactors, SpeedPrediction, predict_speed
+from app.settings import Settings
+from app.units import format_tps, speed_depth
+from ui.desktop.estimate_controller import EstimateController, EstimateState
+from ui.desktop.hardware import HardwareChoice
+from ui.desktop.jobs import LatestJob, run_job
+from ui.desktop.model_card import describe_error
+
+USERS_MIN_TOK_PER_S: Final = 10.0
+"""The per-user speed the "users that fit" line asks for: faster than people read."""
+
+
+SPEED_PROMPT_TOKENS: Final = 512
+"""The prompt the time to first token is quoted for (llama-bench's ``-p 512``)."""
+
+
+def model_file_bytes(spec: ModelSpec) -> int | None:
+    """Return the size of the model's file, bytes (None when it cannot be read). Blocks."""
+    if is_catalog(spec.path):
+        return None
+    try:
+        return os.path.getsize(spec.path)
+    except OSError:
+        return None
+
+
+def load_speed_factors(spec: ModelSpec, hardware: Hardware, this_machine: bool) -> SpeedFactors:
+    """Return speed factors fitted to this machine's stored runs (published ratios else).
+
+    Blocks on the results database and a host probe: call on the job pool. Does what
+    ``ggtune compare``/``recommend`` do (:mod:`app.measured.calibration`), so both quote the same
+    speed.
+    """
+    from app.measured.calibration import machine_factors
+
+    if not this_machine:
+        return SpeedFactors()
+    try:
+        return machine_factors(spec, hardware)
+    except (GGTuneError, OSError):
+        return SpeedFactors()
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedSummary:
+    """What the speed line shows: the prediction at the settings, and users that fit.
+
+    ``capacity`` is None while it is being worked out (or when it failed: ``error``).
+    """
+
+    prediction: SpeedPrediction | None
+    capacity: Capacity | None
+    ctx_per_user: int
+    error: str | None = None
+
+
+def users_goal(settings: Settings, margin_bytes: int) -> Goal:
+    """Return the "users" goal for the line: the settings' own cache type when the planner
+    knows it (else its defaults), the verdict's margin."""
+    same = settings.cache_type_k == settings.cache_type_v
+    kv = (settings.cache_type_k,) if same and settings.cache_type_k in KV_TYPES else None
+    if kv is None:
+        return Goal("users", margin_bytes=margin_bytes)
+    return Goal("users", margin_bytes=margin_bytes, kv_types=kv)
+
+
+def users_capacity(
+    option: QuantOption, hardware: Hardware, settings: Settings, margin: int, f: SpeedFactors
+) -> Capacity:
+    """Return how many users fit with this file at the settings' context per user (pure)."""
+    ctx = max(256, settings.n_ctx // max(1, settings.n_parallel))
+    return max_users(
+        option.spec,
+        hardware,
+        ctx_per_user=ctx,
+        min_tok_per_s=USERS_MIN_TOK_PER_S,
+        goal=users_goal(settings, margin),
+        options=(option,),
+        factors=f,
+        max_n=256,
+    )
+
+
+def speed_text(summary: SpeedSummary) -> str:
+    """Return the compact speed line: writing and reading speed, first token, users."""
+    parts = []
+    p = summary.prediction
+    if p is not None:
+        parts.append(
+            f"~{format_tps(p.decode_tok_per_s)} tok/s writing, "
+            f"~{format_tps(p.prefill_tok_per_s)} tok/s reading the prompt, "
+            f"first token after {p.ttft_s:.2f} s ({p.n_prompt}-token prompt)"
+        )
+    if summary.error is not None:
+        parts.append(f"users: could not work out ({summary.error})")
+    elif summary.capacity is None:
+        parts.append("users: working out…")
+    else:
+        n = summary.capacity.n_users
+        parts.append(
+            f"{n} user{'' if n == 1 else 's'} fit{'s' if n == 1 else ''} with "
+            f"{fmt_ctx(summary.ctx_per_user)} each at ≥ {USERS_MIN_TOK_PER_S:g} tok/s"
+        )
+    return " · ".join(parts)
+
+
+class SpeedController(QObject):
+    """Predicted speed and users that fit for the main screen's state (GUI thread).
+
+    Signals: ``factors_changed(SpeedFactors)`` once the factors for a model and hardware
+    are loaded (on the pool); ``speed_changed(SpeedSummary)`` ``LINE_DELAY_MS`` after the
+    last estimate (predict_speed is ~0.2-1 ms, the label's re-wrap more), and again when
+    the debounced users count arrives.
+    """
+
+    factors_changed = Signal(object)
+    speed_changed = Signal(object)
+
+    USERS_DELAY_MS: Final = 250
+    LINE_DELAY_MS: Final = 80
+
+    def __init__(self, estimates: EstimateController, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._estimates = estimates
+        self._factors = SpeedFactors()
+        self._factors_key: tuple[str, str, Hardware] | None = None
+        self._factors_serial = 0
+        self._summary = SpeedSummary(None, None, 0)
+        self._users_key: tuple[object, ...] | None = None
+        self._users = LatestJob(
+            self.USERS_DELAY_MS, self._on_users_done, self._on_users_failed, self
+        )
+        # the line changes only when the slider rests: re-wrapping a label and predicting
+        # on every tick doubled the tick (bench/bench_desktop.py)
+        self._tick = QTimer(self)
+        self._tick.setSingleShot(True)
+        self._tick.setInterval(self.LINE_DELAY_MS)
+        self._tick.timeout.connect(lambda: self._on_estimates_state_changed(estimates.state))
+        estimates.state_changed.connect(lambda _state: self._tick.start())
+        self._on_estimates_state_changed(estimates.state)
+
+    @property
+    def factors(self) -> SpeedFactors:
+        """The speed factors in force (published ratios until calibrated ones load)."""
+        return self._factors
+
+    @property
+    def summary(self) -> SpeedSummary:
+        """The latest speed line."""
+        return self._summary
+
+    @property
+    def users_busy(self) -> bool:
+        """Whether the users count is being worked out."""
+        return self._users.busy
+
+    def _on_estimates_state_changed(self, state: EstimateState) -> None:
+        if state.model is None:
+            return
+        self._maybe_load_factors(state.model.spec, state.hardware)
+        prediction = None
+        if state.estimate is not None:
+            try:
+                prediction = predict_speed(
+                    state.spec or state.model.spec,
+                    state.settings,
+                    state.hardware.hardware,
+                    depth=speed_depth(state.settings.n_ctx, state.settings.n_parallel),
+                    n_prompt=SPEED_PROMPT_TOKENS,
+                    factors=self._factors,
+                )
+            except GGTuneError:
+                prediction = None
+        ctx = max(256, state.settings.n_ctx // max(1, state.settings.n_parallel))
+        key = (
+            state.model.path,
+            state.quant,
+            state.hardware,
+            state.settings,
+            state.margin_bytes,
+            self._factors,
+        )
+        capacity = self._summary.capacity if key == self._users_key else None
+        self._summary = SpeedSummary(prediction, capacity, ctx)
+        if key != self._users_key:
+            self._users_key = key
+            self._request_users(state)
+        self.speed_changed.emit(self._summary)
+
+    def _request_users(self, state: EstimateState) -> None:
+        assert state.model is not None, "users need a model"
+        spec = state.spec or state.model.spec  # the simulated quant's, when one is chosen
+        hardware = state.hardware.hardware
+        settings = state.settings
+        margin = state.margin_bytes
+        factors = self._factors
+
+        def job() -> Capacity:
+            (own,) = quant_options(spec, simulate=None, file_bytes=spec.weights_bytes)
+            return users_capacity(own, hardware, settings, margin, factors)
+
+        self._users.request(job)
+
+    def _on_users_done(self, capacity: Capacity) -> None:
+        self._summary = SpeedSummary(self._summary.prediction, capacity, self._summary.ctx_per_user)
+        self.speed_changed.emit(self._summary)
+
+    def _on_users_failed(self, error: Exception) -> None:
+        self._summary = SpeedSummary(
+            self._summary.prediction, None, self._summary.ctx_per_user, describe_error(error)
+        )
+        self.speed_changed.emit(self._summary)
+
+    def _maybe_load_factors(self, spec: ModelSpec, choice: HardwareChoice) -> None:
+        key = (spec.path, choice.source, choice.hardware)
+        if key == self._factors_key:
+            return
+        self._factors_key = key
+        self._factors_serial += 1
+        serial = self._factors_serial
+        hardware = choice.hardware
+        local = choice.source == "local"
+        run_job(
+            lambda: load_speed_factors(spec, hardware, local),
+            on_success=lambda f: self._on_factors_loaded(serial, f),
+            on_failure=lambda _e: None,  # load_speed_factors falls back by itself
+            parent=self,
+        )
+
+    def _on_factors_loaded(self, serial: int, factors: SpeedFactors) -> None:
+        if serial != self._factors_serial:
+            return
+        changed = factors != self._factors
+        self._factors = factors
+        self.factors_changed.emit(factors)
+        if changed:
+            self._on_estimates_state_changed(self._estimates.state)
