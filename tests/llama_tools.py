@@ -189,6 +189,55 @@ def running_rpc_servers(
                 log.close()
 
 
+@contextlib.contextmanager
+def running_rpc_commands(
+    commands: Sequence[Sequence[str]],
+    exe: Path,
+    *,
+    log_dir: Path,
+    env: dict[str, str] | None = None,
+    memory_limit: int | None = DEFAULT_MEMORY_LIMIT,
+) -> Iterator[list[RpcServer]]:
+    """Start ggml-rpc-servers with the given argument vectors (an export's commands, each
+    with its own ``-p PORT`` on loopback); stop them all on exit, as :func:`running_rpc_servers`.
+
+    ``argv[0]`` is replaced by ``exe`` (the program built by the set-up); everything else is
+    passed as it is. Each must accept connections on its ``-p`` port within START_TIMEOUT_S.
+    """
+    started: list[RpcServer] = []
+    logs: list[IO[bytes]] = []
+    environment = dict(os.environ, GGML_RPC_NO_RDMA="1", **(env or {}))
+    try:
+        for argv in commands:
+            port = int(argv[list(argv).index("-p") + 1])
+            log_path = log_dir / f"rpc-server-{port}.log"
+            log = log_path.open("wb")
+            logs.append(log)
+            process = subprocess.Popen(
+                [str(exe), *argv[1:]],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=environment,
+            )
+            server = RpcServer(port, process, log_path)
+            started.append(server)
+            _limit_memory(process.pid, memory_limit)
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while not _accepts(port):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"{' '.join(argv)} did not start: {server.output().strip()[-300:]}"
+                    )
+                time.sleep(0.05)
+        yield started
+    finally:
+        for server in started:
+            _stop(server.process)
+        for log in logs:
+            log.close()
+
+
 RpcServers = Callable[..., contextlib.AbstractContextManager[list[RpcServer]]]
 
 

@@ -10,9 +10,11 @@ shape and the KV window stay the same, ``llama-context.cpp``; ``ggml-rpc.cpp`` t
 * copies in the split's inputs with ``SET_TENSOR`` (``ggml-backend.cpp``
   ``ggml_backend_sched_compute_splits``): the hidden state from the device before it
   (``n_embd`` F32 per token; the token embeddings are looked up on the main machine's CPU
-  and sent as ``embd``), the positions (``inp_pos``, 4 per token with M-RoPE), and per KV
-  cache its layers use the cell indices (``attn_inp_k_idxs``/``v_idxs``, I64 per token; V
-  per element when V is stored transposed, i.e. without flash attention) and the mask
+  and sent as ``embd``; after layers kept on the main machine's CPU, the last one's
+  residual add runs on the next device, so its two operands cross instead of one), the
+  positions (``inp_pos``, 4 per token with M-RoPE), and per KV cache its layers use the
+  cell indices (``attn_inp_k_idxs``/``v_idxs``, I64 per token; V per element when V is
+  stored transposed, i.e. without flash attention) and the mask
   (``attn_inp_kq_mask``: ``n_kv × n_tokens``, F16 with flash attention, else F32); the
   device of the last repeating layer also gets ``out_ids`` (I32 per output);
 * sends ``GRAPH_RECOMPUTE`` (13 bytes);
@@ -217,10 +219,14 @@ def step_traffic(
     hidden = spec.n_embd * 4
     stages = [(hardware.host.name, n_tokens), *((d, n_tokens) for d in layer_dev)]
     stages.append((out_dev, outputs))  # out_ids picks the output rows in the last layer
-    for (a, _), (b, rows) in itertools.pairwise(stages):
+    for i, ((a, _), (b, rows)) in enumerate(itertools.pairwise(stages)):
         if a == b:
             continue
         ma, mb = machine(a), machine(b)
+        # after a layer on this machine's CPU, its residual add (no weights) runs on the
+        # next device: both operands cross, not the sum (ggml_backend_sched_split_graph
+        # expands GPU backends up into weightless ops, never the CPU down)
+        n_tensors = 2 if a == hardware.host.name and i > 0 else 1
         if ma == mb and ma != LOCAL:  # two devices of one rpc-server: COPY_TENSOR there
             t = tally(a)
             t.sent += COPY_TENSOR_BYTES
@@ -228,10 +234,11 @@ def step_traffic(
             t.round_trips += 1
             t.messages += 1
             continue
-        if ma != LOCAL:
-            tally(a).get_tensor(hidden * rows)
-        if mb != LOCAL:
-            tally(b).set_tensor(hidden * rows)
+        for _ in range(n_tensors):
+            if ma != LOCAL:
+                tally(a).get_tensor(hidden * rows)
+            if mb != LOCAL:
+                tally(b).set_tensor(hidden * rows)
 
     # each remote device's graph inputs (copied from the main machine's CPU) and its run
     n_stream = ctx.n_stream

@@ -119,7 +119,8 @@ def test_partial_offload_and_several_users(llama8b: ModelSpec) -> None:
     (m,) = t.machines
     n_kv = 512  # 301 cells per stream, padded
     inputs = SET + 4 * 4 + _inputs(n_kv, 4) + SET + 4 * 4
-    assert m.sent_bytes == SET + 4096 * 4 * 4 + inputs + RECOMPUTE + GET
+    # the last CPU layer's residual add runs on RPC0: its two operands cross, not the sum
+    assert m.sent_bytes == 2 * (SET + 4096 * 4 * 4) + inputs + RECOMPUTE + GET
     assert m.received_bytes == 8 + 128256 * 4 * 4
 
 

@@ -1,0 +1,228 @@
+"""A TCP relay that reads llama.cpp's RPC protocol as it passes: every command, every reply.
+
+Between llama.cpp (the client) and a real ``ggml-rpc-server``, :class:`WireTap` forwards the
+bytes unchanged and records each message: the client's commands ``| cmd (1 byte) | size
+(8, little-endian) | payload |`` and the server's replies ``| size (8) | payload |``
+(``ggml-rpc.cpp``, protocol 7.0.0; replies come in the order of the commands that have one).
+For ``SET_TENSOR``/``GET_TENSOR`` it also reads the serialized tensor's name and shape
+(``rpc_tensor``: ``ne`` at byte 20, ``name`` at byte 228). The server must run with
+``GGML_RPC_NO_RDMA=1`` so the connection stays plain TCP.
+
+:func:`decode_steps` cuts the recording into steady decode steps: from one
+``GRAPH_RECOMPUTE`` to the next (the graph already on the server is run again), so each
+step holds its result's ``GET_TENSOR`` and the next step's inputs. Used by
+tests/runner/test_rpc_pool.py and bench/bench_rpc.py.
+
+Example::
+
+    with WireTap(server_port) as tap:          # llama.cpp connects to tap.endpoint
+        ...
+    steps = decode_steps(tap.messages)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+LOOPBACK = "127.0.0.1"
+
+COMMANDS = (
+    "ALLOC_BUFFER", "GET_ALIGNMENT", "GET_MAX_SIZE", "BUFFER_GET_BASE", "FREE_BUFFER",
+    "BUFFER_CLEAR", "SET_TENSOR", "SET_TENSOR_HASH", "GET_TENSOR", "COPY_TENSOR",
+    "GRAPH_COMPUTE", "GET_DEVICE_MEMORY", "INIT_TENSOR", "GET_ALLOC_SIZE", "HELLO",
+    "DEVICE_COUNT", "GRAPH_RECOMPUTE", "MEMSET_TENSOR",
+)  # fmt: skip
+"""``enum rpc_cmd`` in the pinned ggml-rpc.cpp, in order (HELLO must be 14)."""
+
+RPC_TENSOR_BYTES = 296
+_NAME_AT = 228
+_NE_AT = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message on the wire: ``command`` (or ``"REPLY"``), its size with the header."""
+
+    at: float
+    to_server: bool
+    command: str
+    n_bytes: int
+    tensor: str = ""
+    shape: tuple[int, ...] = ()
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return bytes(buf)
+
+
+class WireTap:
+    """Relay loopback connections to ``target_port`` and record every RPC message."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self._lock = threading.Lock()
+        self._messages: list[Message] = []
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind((LOOPBACK, 0))
+        self._listener.listen(8)
+        self.port: int = self._listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        """Return the ``host:port`` llama.cpp should connect to."""
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def messages(self) -> list[Message]:
+        """Return a copy of what was recorded so far."""
+        with self._lock:
+            return list(self._messages)
+
+    def __enter__(self) -> WireTap:
+        self._acceptor.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop accepting, close every relayed connection and wait for the threads."""
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        for s in list(self._sockets):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+        for t in [self._acceptor, *self._threads]:
+            if t.is_alive():
+                t.join(timeout=5)
+
+    def _record(self, message: Message) -> None:
+        with self._lock:
+            self._messages.append(message)
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection((LOOPBACK, self.target_port), timeout=10)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            for s in (client, server):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._sockets.append(s)
+            for target in (self._commands, self._replies):
+                t = threading.Thread(target=target, args=(client, server), daemon=True)
+                self._threads.append(t)
+                t.start()
+
+    def _commands(self, client: socket.socket, server: socket.socket) -> None:
+        try:
+            while True:
+                head = _read(client, 9)
+                size = struct.unpack("<Q", head[1:])[0]
+                payload = _read(client, size)
+                name = COMMANDS[head[0]] if head[0] < len(COMMANDS) else f"CMD{head[0]}"
+                tensor, shape = "", ()
+                if name in ("SET_TENSOR", "GET_TENSOR") and size >= RPC_TENSOR_BYTES:
+                    raw = payload[_NAME_AT : _NAME_AT + 64].split(b"\0")[0]
+                    tensor = raw.decode(errors="replace")
+                    shape = struct.unpack("<4I", payload[_NE_AT : _NE_AT + 16])
+                self._record(Message(time.monotonic(), True, name, 9 + size, tensor, shape))
+                server.sendall(head + payload)
+        except (EOFError, OSError):
+            pass
+        finally:
+            _shut(client, server)
+
+    def _replies(self, client: socket.socket, server: socket.socket) -> None:
+        try:
+            while True:
+                head = _read(server, 8)
+                size = struct.unpack("<Q", head)[0]
+                payload = _read(server, size)
+                self._record(Message(time.monotonic(), False, "REPLY", 8 + size))
+                client.sendall(head + payload)
+        except (EOFError, OSError):
+            pass
+        finally:
+            _shut(client, server)
+
+
+def _shut(*sockets: socket.socket) -> None:
+    for s in sockets:
+        with contextlib.suppress(OSError):
+            s.shutdown(socket.SHUT_RDWR)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One steady decode step on one connection: bytes each way, round trips, commands."""
+
+    sent_bytes: int
+    received_bytes: int
+    round_trips: int
+    messages: int
+    tensors: tuple[str, ...]
+
+
+def decode_steps(messages: Sequence[Message]) -> list[Step]:
+    """Return the steps between consecutive ``GRAPH_RECOMPUTE`` commands (see the module doc).
+
+    A step's round trips are its commands that get a reply (GET_TENSOR, COPY_TENSOR…),
+    counted as the replies it holds.
+    """
+    marks = [i for i, m in enumerate(messages) if m.command == "GRAPH_RECOMPUTE"]
+    steps = []
+    for a, b in itertools.pairwise(marks):
+        chunk = messages[a + 1 : b + 1]  # the GET of step a … step b's own RECOMPUTE
+        if any(m.command == "GRAPH_COMPUTE" for m in chunk):
+            continue  # a new graph was sent in between: not a steady step
+        steps.append(
+            Step(
+                sent_bytes=sum(m.n_bytes for m in chunk if m.to_server),
+                received_bytes=sum(m.n_bytes for m in chunk if not m.to_server),
+                round_trips=sum(1 for m in chunk if not m.to_server),
+                messages=sum(1 for m in chunk if m.to_server),
+                tensors=tuple(f"{m.command} {m.tensor}" for m in chunk if m.tensor),
+            )
+        )
+    return steps
+
+
+@contextlib.contextmanager
+def tapped(ports: Sequence[int]) -> Iterator[list[WireTap]]:
+    """Run one :class:`WireTap` per server port; close them all on exit."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(WireTap(p)) for p in ports]
