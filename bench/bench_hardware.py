@@ -2,7 +2,7 @@
 
 Run ``python -m bench.bench_hardware`` (or ``python bench/bench_hardware.py``) from the
 repository root; ``--repeats N`` sets how many fresh measurements are taken (default 5).
-Each is :func:`app.hardware.probe.measure_host_bandwidth` (≤ 2 s: a multi-threaded numpy
+Each is :func:`app.hardware.bandwidth.measure_host_bandwidth` (≤ 2 s: a multi-threaded numpy
 copy of a 256 MiB array, bytes read + written per second, best round) and is neither read
 from nor written to the cache. Prints the markdown for docs/benchmarks.md's hardware section.
 """
@@ -19,7 +19,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `app` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.hardware.probe import measure_host_bandwidth, probe_host
+from app.hardware.bandwidth import measure_host_bandwidth
+from app.hardware.host import probe_host
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ def machine_factors(
     number of GPUs match (the fingerprint's GPU names come from llama.cpp, which is not
     started for this). Runs of ``spec``'s own file also fit a per-model correction.
     """
-    from app.hardware.probe import probe_host
+    from app.hardware.host import probe_host
     from app.measured.results_db import ResultsDB
 
     try:

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from app.hardware.devices import Device, Hardware
-from app.hardware.probe import host_cpu_flags
+from app.hardware.host import host_cpu_flags
 from app.model.catalog import catalog_header
 from app.model.quant import simulate_quant
 from app.model.spec import ModelSpec, model_spec

@@ -19,26 +19,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.hardware.probe import (
-    DrmCard,
-    HardwareReport,
-    ProbeUnavailable,
-    detect,
-    drm_gpus,
-    host_bandwidth,
-    local_cpu_flags,
-    local_hardware,
-    nvml_bandwidth_gb_per_s,
-    parse_cpuinfo,
-    parse_gpu_core_count,
-    pci_device_name,
-    probe_apple,
-    probe_drm,
-    probe_host,
-    probe_nvidia,
-    run_command,
-    with_timeout,
-)
+from app.hardware.apple import parse_gpu_core_count, probe_apple
+from app.hardware.bandwidth import host_bandwidth
+from app.hardware.drm import drm_gpus, pci_device_name, probe_drm
+from app.hardware.host import parse_cpuinfo, probe_host
+from app.hardware.nvidia import nvml_bandwidth_gb_per_s, probe_nvidia
+from app.hardware.probe import detect, local_cpu_flags, local_hardware
+from app.hardware.report import DrmCard, HardwareReport, ProbeUnavailable, run_command, with_timeout
 
 GIB = 1024**3
 MIB = 1024**2

@@ -18,7 +18,8 @@ import pytest
 
 from app.errors import HardwareProfileError, StateFileError
 from app.export.lmstudio import default_lmstudio_home
-from app.hardware.probe import host_bandwidth, machine_key, probe_host
+from app.hardware.bandwidth import host_bandwidth, machine_key
+from app.hardware.host import probe_host
 from app.hardware.profiles import builtin_profiles_dir, compose, load_profiles
 from app.sources.library import (
     HeaderCache,
@@ -141,7 +142,7 @@ def test_a_header_cache_nested_too_deep_is_ignored(tmp_path: Path) -> None:
 def test_a_bandwidth_cache_with_a_bad_value_is_measured_again(
     tmp_path: Path, value: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.hardware.probe as probe
+    import app.hardware.bandwidth as bandwidth
 
     host = probe_host()
     key = machine_key(host)
@@ -156,7 +157,7 @@ def test_a_bandwidth_cache_with_a_bad_value_is_measured_again(
     path = tmp_path / "hardware" / "host-bandwidth.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"version": 1, "machines": {key: entry}}))
-    monkeypatch.setattr(probe, "measure_host_bandwidth", lambda: (12.5, 1 << 20, 1, 1))
+    monkeypatch.setattr(bandwidth, "measure_host_bandwidth", lambda: (12.5, 1 << 20, 1, 1))
     got = host_bandwidth(host, cache_dir=tmp_path)
     assert got is not None
     assert got.gb_per_s == 12.5

@@ -18,8 +18,9 @@ from typing import Any
 
 from app.errors import EngineError, HardwareProfileError
 from app.hardware.devices import Hardware
-from app.hardware.probe import HardwareReport, detect
+from app.hardware.probe import detect
 from app.hardware.profiles import ProfileSet, compose, load_profiles
+from app.hardware.report import HardwareReport
 from app.units import format_bytes
 from ui.cli.commands import COMMANDS
 from ui.cli.output import EXIT_USAGE

@@ -49,7 +49,7 @@ from PySide6.QtWidgets import (
 from app.errors import GGTuneError, HardwareProfileError
 from app.export.common import write_text_atomic
 from app.hardware.devices import Hardware
-from app.hardware.probe import HardwareReport, detect
+from app.hardware.probe import detect
 from app.hardware.profiles import (
     HardwareProfile,
     ProfileKind,
@@ -60,6 +60,7 @@ from app.hardware.profiles import (
     parse_profile,
     user_profiles_dir,
 )
+from app.hardware.report import HardwareReport
 from app.units import format_bytes
 from ui.desktop.hardware import HardwareController, describe_hardware
 from ui.desktop.jobs import run_job

@@ -16,8 +16,9 @@ from pytestqt.modeltest import ModelTester
 from pytestqt.qtbot import QtBot
 
 from app.hardware.devices import Hardware
-from app.hardware.probe import HardwareReport, detect
+from app.hardware.probe import detect
 from app.hardware.profiles import builtin_profiles_dir, compose, load_profiles
+from app.hardware.report import HardwareReport
 from app.predict.estimate import estimate
 from ui.desktop.estimate_controller import EstimateController
 from ui.desktop.hardware import HardwareController
