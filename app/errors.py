@@ -14,8 +14,8 @@ The tree::
     │   │   ├── UnsupportedVersionError  GGUF version other than 2 or 3
     │   │   ├── TruncatedError         the file ends inside a structure
     │   │   ├── LimitExceededError     a count or length larger than the file could hold,
-    │   │   │                          or a header past what any real model needs (64 MiB,
-    │   │   │                          65,536 tensors or keys)
+    │   │   │   │                      or more tensors or keys than any model (65,536)
+    │   │   │   └── HeaderTooLargeError  a header past what any real model needs (64 MiB)
     │   │   ├── UnknownValueTypeError  a metadata value type outside the GGUF spec
     │   │   ├── UnknownTensorTypeError a ggml tensor type this build does not know
     │   │   ├── InvalidTensorDataError tensor data out of the file, misaligned or overlapping
@@ -86,7 +86,8 @@ Example::
     try:
         header = read_header("model.gguf")
     except GGTuneError as err:
-        print(err)  # "model.gguf: truncated at byte 1234: ..."
+        print(err)  # "model.gguf: the file is cut short: it ends inside its header (...)"
+        print(err.detail)  # GGUFError: "at byte 1234: file ends at byte 1240 inside ..."
 
     try:
         report = dry_run("model.gguf", settings)
@@ -99,7 +100,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 
 def _rebuild(cls: type[GGTuneError], args: tuple[object, ...], state: dict[str, Any]) -> Any:
@@ -135,15 +136,30 @@ class GGUFError(PathError):
     """A GGUF file could not be read.
 
     ``path`` names the file (or the file object's ``name``), ``offset`` the byte where the
-    problem was found (``None`` when it is not about one place). The reader raises these
-    hundreds of times over, so the constructor is positional: ``(path, offset, message)``.
+    problem was found (``None`` when it is not about one place), ``message`` what the
+    reader found there, and :attr:`detail` both ("at byte 8: tensor count 2000000 is more
+    than the limit of 65536"). The reader raises these hundreds of times over, so the
+    constructor is positional: ``(path, offset, message)``.
+
+    ``str(err)`` is for the user: ``"path: "`` and the class's :attr:`summary` in plain
+    words ("is damaged or not a real model: …"), or the message itself for the classes
+    whose message already is plain (a key llama.cpp refuses, an unreadable file, a
+    version). The CLI prints :attr:`detail` too with ``GGTUNE_DEBUG=1``.
     """
 
+    summary: ClassVar[str | None] = None
+    """What the user is told instead of the reader's detail (None: the message itself)."""
+
     def __init__(self, path: str | os.PathLike[str], offset: int | None, message: str) -> None:
-        where = f"at byte {offset} " if offset is not None else ""
-        super().__init__(where + message, path=path)
+        shown = message if self.summary is None else self.summary
+        super().__init__(shown, path=path)
         self.offset = offset
         self.message = message
+
+    @property
+    def detail(self) -> str:
+        """Return where and what the reader found, for a bug report or ``--verbose``."""
+        return f"at byte {self.offset}: {self.message}" if self.offset is not None else self.message
 
 
 class UnreadableFileError(GGUFError):
@@ -153,6 +169,8 @@ class UnreadableFileError(GGUFError):
 class NotGGUFError(GGUFError):
     """The file does not start with the GGUF magic."""
 
+    summary = "not a GGUF model file"
+
 
 class UnsupportedVersionError(GGUFError):
     """The GGUF version is not one this reader understands (2 or 3)."""
@@ -161,21 +179,43 @@ class UnsupportedVersionError(GGUFError):
 class TruncatedError(GGUFError):
     """The file ends in the middle of a header structure."""
 
+    summary = "the file is cut short: it ends inside its header (an unfinished download or copy?)"
+
 
 class LimitExceededError(GGUFError):
-    """A count or length is larger than the rest of the file could possibly hold."""
+    """A count or length is larger than the rest of the file could possibly hold, or than
+    any real model's header needs."""
+
+    summary = (
+        "damaged, or not a real model: its header claims more than the file or any model holds"
+    )
+
+
+class HeaderTooLargeError(LimitExceededError):
+    """The header would run past what any real model needs (64 MiB, MAX_HEADER_BYTES)."""
+
+    summary = (
+        "not a model ggtune can use: its header would be larger than 64 MiB (real models' "
+        "headers are under 20 MiB)"
+    )
 
 
 class UnknownValueTypeError(GGUFError):
     """A metadata value has a type code outside the GGUF specification."""
 
+    summary = "damaged, or a newer GGUF: it holds a metadata type outside the GGUF format"
+
 
 class UnknownTensorTypeError(GGUFError):
     """A tensor has a ggml type code this build of gguf does not know."""
 
+    summary = "holds a tensor type this ggtune and its llama.cpp do not know (a newer quant?)"
+
 
 class InvalidTensorDataError(GGUFError):
     """Tensor data lies outside the file, is misaligned, or overlaps another tensor."""
+
+    summary = "damaged: its table of tensors does not match the file"
 
 
 class InvalidMetadataError(GGUFError):

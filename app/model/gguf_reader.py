@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, BinaryIO, Final, TypeVar, cast, overload
 
 from app.errors import (
     GGUFError,
+    HeaderTooLargeError,
     InvalidMetadataError,
     InvalidTensorDataError,
     LimitExceededError,
@@ -658,9 +659,9 @@ class _Cursor:
         self.limit: int | None = None
         """Absolute offset the header may not reach past (``MAX_HEADER_BYTES``), or None."""
 
-    def over_limit(self, offset: int, what: str) -> LimitExceededError:
+    def over_limit(self, offset: int, what: str) -> HeaderTooLargeError:
         """Return the error for a header that would run past :attr:`limit`."""
-        return LimitExceededError(
+        return HeaderTooLargeError(
             self.name,
             offset,
             f"{what} would make the header larger than {MAX_HEADER_BYTES >> 20} MiB; real "

@@ -361,7 +361,7 @@ def _check_prefix(data: bytes, size: int, key: str) -> None:
     try:
         header = read_header_bytes(data, size, key)
     except GGUFError as err:
-        raise StandInError(f"{key}: not a whole GGUF header ({err})") from err
+        raise StandInError(f"{key}: not a whole GGUF header ({err.detail})") from err
     if header.data_offset != len(data):
         raise StandInError(
             f"{key}: {len(data)} header bytes, but the data starts at {header.data_offset}"

@@ -79,10 +79,15 @@ def test_a_path_error_without_a_file_is_its_message_alone() -> None:
     assert (err.path, str(err)) == (None, "2x rtx-9999: no such profile")
 
 
-def test_a_gguf_error_says_the_byte() -> None:
+def test_a_gguf_error_keeps_the_byte_in_its_detail_and_tells_the_user_plainly() -> None:
     err = GGUFError("m.gguf", 24, "bad magic")
-    assert (str(err), err.offset, err.message) == ("m.gguf: at byte 24 bad magic", 24, "bad magic")
-    assert str(GGUFError("m.gguf", None, "bad magic")) == "m.gguf: bad magic"
+    assert (str(err), err.offset, err.message) == ("m.gguf: bad magic", 24, "bad magic")
+    assert err.detail == "at byte 24: bad magic"
+    assert GGUFError("m.gguf", None, "bad magic").detail == "bad magic"
+    torn = errors.TruncatedError("m.gguf", 1234, "file ends at byte 1240 inside a tensor info")
+    assert str(torn) == f"m.gguf: {errors.TruncatedError.summary}"
+    assert "byte" not in str(torn)
+    assert torn.detail == "at byte 1234: file ends at byte 1240 inside a tensor info"
 
 
 def test_every_ggtune_error_is_defined_in_app_errors() -> None:

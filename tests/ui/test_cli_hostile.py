@@ -191,3 +191,19 @@ def test_an_unexpected_error_is_one_line(
     assert run(["inspect", "x.gguf"]) == 70
     line = one_line_error(capsys)
     assert "internal error (ZeroDivisionError" in line
+
+
+def test_a_damaged_file_is_one_plain_line_and_the_detail_comes_on_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(b"GGUF\x03\x00\x00\x00\x01\x00")
+    monkeypatch.delenv("GGTUNE_DEBUG", raising=False)
+    assert run(["inspect", str(path)]) == 2
+    line = one_line_error(capsys)
+    assert "cut short" in line
+    assert "byte" not in line
+    monkeypatch.setenv("GGTUNE_DEBUG", "1")
+    assert run(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "reader detail: at byte 8:" in err

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from app.errors import GGTuneError
+from app.errors import GGTuneError, GGUFError
 from ui.cli.commands import COMMANDS
 from ui.cli.output import EXIT_USAGE, Parser, TerminalSafe
 
@@ -98,6 +98,8 @@ def _run(argv: Sequence[str] | None) -> int:
         return handler(args)
     except GGTuneError as err:
         print(f"ggtune: {err}", file=sys.stderr)
+        if os.environ.get("GGTUNE_DEBUG") and isinstance(err, GGUFError):
+            print(f"ggtune: reader detail: {err.detail}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("ggtune: interrupted", file=sys.stderr)
