@@ -12,7 +12,7 @@ estimator refuses) gets a row carrying its ``error`` and no numbers.
 file or ``catalog:NAME``.
 
 Pure: no Qt, no printing; the CLI (ui/cli/plan.py) and the desktop (ui/desktop/
-compare_panel.py) format these rows.
+compare/) format these rows.
 
 Example::
 

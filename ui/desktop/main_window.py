@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 
 from app.hardware.devices import Hardware
 from ui.desktop.banner import MessageBanner
-from ui.desktop.compare_panel import CompareController, ComparePanel
+from ui.desktop.compare.panel import CompareController, ComparePanel
 from ui.desktop.estimate_controller import EstimateController
 from ui.desktop.explain_panel import ExplainPanel
 from ui.desktop.export_panel import ExportController, ExportPanel
@@ -40,10 +40,10 @@ from ui.desktop.hardware import HardwareController
 from ui.desktop.hardware_panel import HardwarePanel
 from ui.desktop.memory_view import MemoryPanel
 from ui.desktop.model_card import LoadedModel
-from ui.desktop.models_panel import ModelController, ModelFailure, ModelsPanel
+from ui.desktop.models.panel import ModelController, ModelFailure, ModelsPanel
 from ui.desktop.recommend_panel import RecommendController, RecommendPanel
 from ui.desktop.settings_panel import SettingsPanel
-from ui.desktop.verify_panel import VerifyController, VerifyPanel
+from ui.desktop.verify.panel import VerifyController, VerifyPanel
 
 GEOMETRY_KEY: Final = "window/geometry"
 STATE_KEY: Final = "window/state"

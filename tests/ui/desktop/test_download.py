@@ -32,7 +32,7 @@ from app.sources.hf import DownloadProgress, ModelEntry, RepoListing
 from app.sources.library import user_folders
 from tests.fake_hub import COMMIT, REPO, FakeHub, Served
 from tests.ui.desktop.test_main_window import make_window
-from ui.desktop.compare_panel import ComparePanel
+from ui.desktop.compare.panel import ComparePanel
 from ui.desktop.download import format_eta, progress_percent, progress_text
 from ui.desktop.jobs import job_pool, run_job
 from ui.desktop.main_window import MainWindow

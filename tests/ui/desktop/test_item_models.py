@@ -18,13 +18,13 @@ from app.predict.estimate import estimate
 from app.settings import Settings
 from ui.desktop.memory_view import COMPONENTS, MemoryTableModel
 from ui.desktop.model_card import LoadedModel, load_model
-from ui.desktop.models_panel import (
+from ui.desktop.models.panel import (
     DEMO_ENTRY,
     SEARCH_ROLE,
     ModelListModel,
     entry_for,
 )
-from ui.desktop.verify_panel import ComparisonRow, ComparisonTableModel
+from ui.desktop.verify.panel import ComparisonRow, ComparisonTableModel
 
 GIB = 1024**3
 MIB = 1024**2
