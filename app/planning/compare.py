@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from app.errors import GGTuneError
@@ -32,12 +32,21 @@ from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec, model_spec
 from app.planning.options import QuantOption, own_quant_name, quality_cost
 from app.planning.planner import fit_layers
+from app.planning.runner_plan import RunnerOptions, plan_runner
 from app.predict.speed import SpeedFactors, predict_speed
-from app.settings import Settings
+from app.settings import RunnerName, Settings
 from app.sources.hf import RemoteModel, RepoListing
 from app.units import speed_depth
 
-__all__ = ["HUB_ORIGIN", "CompareRow", "compare_rows", "hub_options", "option_row", "repo_rows"]
+__all__ = [
+    "HUB_ORIGIN",
+    "CompareRow",
+    "RunnerChoice",
+    "compare_rows",
+    "hub_options",
+    "option_row",
+    "repo_rows",
+]
 
 HUB_ORIGIN: Final = "hub"
 """``origin`` of a row read from a Hugging Face repo's file header."""
@@ -131,19 +140,41 @@ class CompareRow:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class RunnerChoice:
+    """Whose plan each row follows: the runner and the settings the user pinned (by
+    field name of :class:`~app.settings.Settings`), as :func:`plan_runner` takes them."""
+
+    runner: RunnerName
+    given: tuple[tuple[str, object], ...] = ()
+    options: RunnerOptions = field(default_factory=RunnerOptions)
+
+
 def option_row(
     o: QuantOption,
     options: Sequence[QuantOption],
     settings: Settings,
     hardware: Hardware,
     factors: SpeedFactors,
+    runner: RunnerChoice | None = None,
 ) -> CompareRow:
-    """Return the row of one quant option at ``settings`` (most GPU layers that fit;
-    ``kld_nearest`` from the measured ``options`` nearest in bits/weight)."""
+    """Return the row of one quant option at ``settings``; ``kld_nearest`` from the
+    measured ``options`` nearest in bits/weight.
+
+    With ``runner`` each quant gets what that runner would run for it (its defaults, the
+    pinned settings, its own fitting: :func:`app.planning.runner_plan.plan_runner`), the
+    same plan the Memory view shows; without, the most GPU layers that fit ``settings``.
+    """
     from app.predict.estimate import estimate
 
-    placed = fit_layers(o.spec, settings, hardware) or settings
-    est = estimate(o.spec, placed, hardware)
+    if runner is not None:
+        plan = plan_runner(
+            o.spec, runner.runner, hardware, given=dict(runner.given), options=runner.options
+        )
+        placed, est = plan.settings, plan.estimate
+    else:
+        placed = fit_layers(o.spec, settings, hardware) or settings
+        est = estimate(o.spec, placed, hardware)
     depth = speed_depth(settings.n_ctx, settings.n_parallel)
     speed = predict_speed(o.spec, placed, hardware, depth=depth, factors=factors)
     capacity = {d.name: d.capacity_bytes for d in hardware.devices}
@@ -174,10 +205,12 @@ def compare_rows(
     settings: Settings,
     hardware: Hardware,
     factors: SpeedFactors,
+    runner: RunnerChoice | None = None,
 ) -> list[CompareRow]:
-    """Return one row per quant at ``settings`` (``compare --json`` prints their dicts)."""
+    """Return one row per quant at ``settings`` (``compare --json`` prints their dicts);
+    with ``runner``, each as that runner would run it (see :func:`option_row`)."""
     del spec  # the options carry their specs; kept for the callers' signature
-    return [option_row(o, options, settings, hardware, factors) for o in options]
+    return [option_row(o, options, settings, hardware, factors, runner) for o in options]
 
 
 # --- a Hugging Face repo ------------------------------------------------------------------
@@ -258,6 +291,7 @@ def repo_rows(
     settings: Settings,
     hardware: Hardware,
     factors: SpeedFactors,
+    runner: RunnerChoice | None = None,
 ) -> list[CompareRow]:
     """Return one row per quant file of ``listing`` read into ``models``.
 
@@ -275,7 +309,7 @@ def repo_rows(
             row = _error_row(m, label, error or "not read", hardware)
         else:
             try:
-                row = option_row(o, measured, settings, hardware, factors)
+                row = option_row(o, measured, settings, hardware, factors, runner)
             except GGTuneError as err:  # one file's refusal must not hide the others
                 row = _error_row(m, label, str(err), hardware)
             else:

@@ -46,8 +46,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from app.errors import SettingsError
+from app.errors import GGTuneError, SettingsError
 from app.hardware.devices import Hardware
+from app.model.catalog import CATALOG_PREFIX, load_entry
 from app.model.projector import Projector
 from app.model.spec import ModelSpec
 from app.planning.llama_fit import DEFAULT_FIT_CTX, DEFAULT_FIT_TARGET_MIB, FitResult, llama_fit
@@ -551,6 +552,12 @@ def _finish(
     summary, details = _words(runner, spec, requested, settings, est, fit, hardware, pinned)
     if cache_ram_mib < 0:
         notes.append("--cache-ram -1: the prompt cache has no limit and grows with use")
+    if projector is None and _catalog_has_projector(spec):
+        notes.append(
+            "this model has a vision projector in a separate mmproj file; its memory "
+            "(weights and warm-up compute) is not in this plan until one is given "
+            "(--mmproj FILE, or an mmproj*.gguf beside the model)"
+        )
     return RunnerPlan(
         runner=runner,
         requested=requested,
@@ -569,6 +576,16 @@ def _finish(
         ctx_checkpoints=ctx_checkpoints,
         fit_env=env,
     )
+
+
+def _catalog_has_projector(spec: ModelSpec) -> bool:
+    """Whether ``spec`` is a catalog entry whose published model has a vision tower."""
+    if not spec.path.startswith(CATALOG_PREFIX):
+        return False
+    try:
+        return load_entry(spec.path.removeprefix(CATALOG_PREFIX)).vision_projector
+    except GGTuneError:
+        return False
 
 
 def _with_note(plan: RunnerPlan, note: str) -> RunnerPlan:

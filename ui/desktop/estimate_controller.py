@@ -6,6 +6,13 @@ Settings panel writes through :meth:`EstimateController.update`; the memory view
 verdict read ``state_changed``. Limits that depend on the model (the context slider's end,
 the number of layers) are pure functions here, so tests can check them without widgets.
 
+The estimate is of what the chosen runner will run (:func:`app.planning.runner_plan.plan_runner`):
+its defaults, the settings the user moved (they are pinned), and its own fitting for the
+rest (llama-server's ``--fit``: layers, MoE experts, a context left unset), with the whole
+footprint (projector found beside the file, prompt cache, checkpoints).
+``EstimateState.requested`` holds the sliders' values, ``EstimateState.settings`` what the
+runner runs, ``EstimateState.plan`` the plan with its words; every tab reads ``settings``.
+
 The estimate is for the open file, or for a simulated quant level of it
 (:meth:`EstimateController.set_quant`): :func:`app.model.quant.simulate_quant` runs once per
 (model, quant) and its spec is cached, so slider ticks re-estimate as fast as for the file.
@@ -18,6 +25,7 @@ announced by ``quant_choices_changed``; the GUI thread never waits for it.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Final
 
@@ -25,12 +33,15 @@ from PySide6.QtCore import QObject, Signal
 
 from app.errors import GGTuneError
 from app.hardware.devices import Hardware
+from app.model.projector import Projector, read_projector
 from app.model.quant import QuantResult, simulate_all, simulate_quant
 from app.model.spec import ModelSpec
 from app.planning.options import own_quant_name
-from app.predict.estimate import MemoryEstimate, estimate
+from app.planning.runner_plan import RunnerOptions, RunnerPlan, plan_runner
+from app.predict.estimate import MemoryEstimate
 from app.predict.verdict import Verdict, verdict
 from app.settings import ALL_LAYERS, RUNNERS, RunnerName, Settings, runner_defaults
+from app.sources.projectors import find_projector
 from app.units import DEFAULT_MARGIN_BYTES
 from ui.desktop.hardware import HardwareChoice
 from ui.desktop.jobs import run_job
@@ -66,6 +77,10 @@ class EstimateState:
     verdict: Verdict | None
     error: str | None
     margin_bytes: int
+    requested: Settings | None = None
+    """The sliders' values (``settings`` is what the runner runs after its own choices)."""
+    plan: RunnerPlan | None = None
+    pinned: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +188,9 @@ class EstimateController(QObject):
         self._choices: dict[str, tuple[QuantChoice, ...]] = {}
         self._pending: set[str] = set()
         self._margin_bytes = DEFAULT_MARGIN_BYTES
+        self._pinned: frozenset[str] = frozenset()
+        self._options = RunnerOptions()
+        self._projectors: dict[str, Projector | None] = {}
         self._state = self._compute()
 
     # --- reading ---
@@ -186,6 +204,16 @@ class EstimateController(QObject):
     def settings(self) -> Settings:
         """The settings in force."""
         return self._settings
+
+    @property
+    def pinned(self) -> frozenset[str]:
+        """The settings the user set (the runner decides the others)."""
+        return self._pinned
+
+    @property
+    def options(self) -> RunnerOptions:
+        """The runner's own knobs (fit, prompt cache, checkpoints, projector offload)."""
+        return self._options
 
     @property
     def runner(self) -> RunnerName:
@@ -309,18 +337,32 @@ class EstimateController(QObject):
         self.reset_to_runner_defaults()
 
     def reset_to_runner_defaults(self) -> None:
-        """Take the current runner's defaults for this hardware (its GPUs' memory)."""
+        """Take the current runner's defaults for this hardware (its GPUs' memory); the
+        runner decides every setting again (nothing pinned)."""
         gpu_total = gpu_total_bytes(self._hardware.hardware)
+        self._pinned = frozenset()
         self._apply(runner_defaults(self._runner, gpu_total_bytes=gpu_total))
 
     def update(self, **changes: object) -> None:
-        """Change some settings (field names of :class:`~app.settings.Settings`)."""
+        """Change some settings (field names of :class:`~app.settings.Settings`); they
+        are pinned: the runner's own fitting leaves them as set."""
         try:
             settings = self._settings.replace(**changes)
         except GGTuneError as err:
             self._publish(dataclasses.replace(self._state, error=str(err)))
             return
+        self._pinned = self._pinned | frozenset(changes)
         self._apply(settings)
+
+    def unpin(self, *fields: str) -> None:
+        """Let the runner decide ``fields`` again (its defaults and its own fitting)."""
+        self._pinned = self._pinned - frozenset(fields)
+        self._recompute()
+
+    def set_options(self, **changes: object) -> None:
+        """Change the runner's own knobs (fields of :class:`RunnerOptions`)."""
+        self._options = dataclasses.replace(self._options, **changes)  # type: ignore[arg-type]
+        self._recompute()
 
     def set_margin(self, margin_bytes: int) -> None:
         """Keep ``margin_bytes`` free on every device (the verdict's safety margin)."""
@@ -345,14 +387,42 @@ class EstimateController(QObject):
         self._state = state
         self.state_changed.emit(state)
 
+    def _projector(self) -> Projector | None:
+        """The projector found for the open file (once per file; catalog: none)."""
+        model = self._model
+        if model is None or model.is_catalog or not os.path.isfile(model.path):
+            return None
+        if model.path not in self._projectors:
+            found = None
+            try:
+                hit = find_projector(model.path)
+                if hit is not None:
+                    found = read_projector(hit[0], source=hit[1])
+            except (GGTuneError, OSError):
+                found = None  # an unreadable projector is left out, not guessed
+            self._projectors[model.path] = found
+        return self._projectors[model.path]
+
     def _compute(self) -> EstimateState:
         est: MemoryEstimate | None = None
         judged: Verdict | None = None
         error: str | None = None
+        plan: RunnerPlan | None = None
+        runs = self._settings
         spec = self.spec
         if spec is not None:
             try:
-                est = estimate(spec, self._settings, self._hardware.hardware)
+                given = {f: getattr(self._settings, f) for f in self._pinned}
+                plan = plan_runner(
+                    spec,
+                    self._runner,
+                    self._hardware.hardware,
+                    given=given,
+                    options=self._options,
+                    projector=self._projector(),
+                )
+                runs = plan.settings
+                est = plan.estimate
                 judged = verdict(est, margin_bytes=self._margin_bytes)
             except GGTuneError as err:
                 error = str(err)
@@ -360,11 +430,14 @@ class EstimateController(QObject):
             model=self._model,
             quant=self._quant,
             spec=spec,
-            settings=self._settings,
+            settings=runs,
             runner=self._runner,
             hardware=self._hardware,
             estimate=est,
             verdict=judged,
             error=error,
             margin_bytes=self._margin_bytes,
+            requested=self._settings,
+            plan=plan,
+            pinned=self._pinned,
         )

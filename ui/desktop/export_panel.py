@@ -45,6 +45,7 @@ from app.export.lmstudio import LMStudioExport
 from app.export.targets import TARGETS, ExportOptions, export_for, this_system
 from app.model.spec import ModelSpec
 from app.planning.options import own_quant_name
+from app.planning.runner_plan import RunnerPlan, fitting_comments
 from app.settings import RunnerName, Settings
 from ui.desktop.banner import MessageBanner
 from ui.desktop.estimate_controller import RUNNER_TITLES, EstimateController, EstimateState
@@ -86,13 +87,26 @@ def export_preview(
     *,
     lmstudio_home: Path | None = None,
     placeholder: bool = False,
+    plan: RunnerPlan | None = None,
 ) -> ExportPreview:
     """Return the export of ``settings`` for ``target`` (pure; the CLI's calls, same output).
 
     ``placeholder``: ``path`` stands for a model not downloaded yet (written as it is).
-    Never raises for what the exporters refuse: the refusal is ``error``.
+    ``plan``: the runner's plan the settings come from; the export then says what the
+    runner's own fitting chose (comments), leaves Ollama's ``num_gpu`` to it when it was
+    not pinned, and passes the projector to llama-server. Never raises for what the
+    exporters refuse: the refusal is ``error``.
     """
-    options = ExportOptions(placeholder=placeholder, lmstudio_home=lmstudio_home)
+    auto_layers = plan is not None and plan.runner == "ollama" and "n_gpu_layers" not in plan.pinned
+    projector = plan.projector if plan is not None else None
+    options = ExportOptions(
+        placeholder=placeholder,
+        lmstudio_home=lmstudio_home,
+        num_gpu_auto=auto_layers,
+        fitting=fitting_comments(plan, pinned_in_export=not auto_layers) if plan else (),
+        mmproj_path=projector.path if projector is not None else None,
+        mmproj_offload=plan.projector_on_gpu if plan is not None else True,
+    )
     try:
         out = export_for(target, path, settings, facts=facts, system=system, options=options)
     except GGTuneError as err:
@@ -127,6 +141,7 @@ def placeholder_preview(
     system: SystemName,
     *,
     lmstudio_home: Path | None = None,
+    plan: RunnerPlan | None = None,
 ) -> ExportPreview:
     """Return the export of ``settings`` for a model with no file yet, at ``placeholder``
     (written as it is; the first note says it is a placeholder)."""
@@ -139,6 +154,7 @@ def placeholder_preview(
         system,
         lmstudio_home=lmstudio_home,
         placeholder=True,
+        plan=plan,
     )
     if preview.error is not None:
         return preview
@@ -166,6 +182,7 @@ def model_preview(
             target,
             system,
             lmstudio_home=lmstudio_home,
+            plan=state.plan,
         )
     return export_preview(
         model.path,
@@ -174,6 +191,7 @@ def model_preview(
         target,
         system,
         lmstudio_home=lmstudio_home,
+        plan=state.plan,
     )
 
 

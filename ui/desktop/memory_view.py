@@ -29,6 +29,7 @@ from PySide6.QtCore import (
     Qt,
 )
 from PySide6.QtGui import (
+    QBrush,
     QColor,
     QFontMetrics,
     QHelpEvent,
@@ -66,6 +67,7 @@ class Component:
     title: str
     color: str
     meaning: str
+    growth: bool = False
 
 
 COMPONENTS: Final = (
@@ -75,7 +77,37 @@ COMPONENTS: Final = (
     Component("compute_bytes", "Compute", "#59a14f", "scratch space for one micro-batch"),
     Component("output_bytes", "Output", "#76b7b2", "logits buffer on the host"),
     Component("other_bytes", "Other", "#9c9c9c", "repacked CPU weights and the like"),
+    Component(
+        "projector_bytes",
+        "Projector",
+        "#edc948",
+        "the vision/audio projector (--mmproj): its weights and compute buffer",
+    ),
+    Component(
+        "draft_bytes",
+        "Draft model",
+        "#ff9da7",
+        "the draft model (-md): weights, KV for every slot and compute",
+    ),
+    Component(
+        "prompt_cache_bytes",
+        "Prompt cache (up to)",
+        "#bab0ac",
+        "llama-server's host prompt cache: starts empty and grows with use, up to "
+        "--cache-ram (8 GiB by default)",
+        growth=True,
+    ),
+    Component(
+        "checkpoint_bytes",
+        "Checkpoints (up to)",
+        "#d4a6c8",
+        "context checkpoints (sliding window or recurrent state): grow with use, up to "
+        "--ctx-checkpoints (32) per slot",
+        growth=True,
+    ),
 )
+"""The bar's parts, in painting order; ``growth`` parts (hatched) come after the memory
+held from the load on and are not in its total."""
 
 _ROW_H: Final = 58
 _BAR_H: Final = 24
@@ -107,10 +139,17 @@ def device_tooltip(device: DeviceEstimate, margin_bytes: int) -> str:
                 f"<tr><td><span style='color:{c.color}'>■</span> {c.title}</td>"
                 f"<td align='right'>&nbsp;{format_mib(n)}</td></tr>"
             )
+            if c.growth:
+                lines.append(f"<tr><td colspan='2'><i>&nbsp;&nbsp;{c.meaning}</i></td></tr>")
     lines.append(
         f"<tr><td><b>Total</b></td><td align='right'><b>&nbsp;{format_mib(device.total_bytes)}"
         "</b></td></tr>"
     )
+    if device.growth_bytes:
+        lines.append(
+            "<tr><td>With growth (limits)</td><td align='right'>&nbsp;"
+            f"{format_mib(device.total_bytes + device.growth_bytes)}</td></tr>"
+        )
     if device.capacity_bytes is not None:
         lines.append(
             f"<tr><td>Capacity</td><td align='right'>&nbsp;{format_mib(device.capacity_bytes)}"
@@ -220,9 +259,10 @@ class MemoryBarsWidget(QWidget):
         return QRectF(_PAD, top, max(10.0, self.width() - 2 * _PAD), _BAR_H)
 
     def _scale_bytes(self, device: DeviceEstimate) -> int:
+        used = device.total_bytes + device.growth_bytes
         if self._zoomed:  # the capacity line is drawn only where it falls on the bar
-            return max(device.total_bytes, 1)
-        return max(device.capacity_bytes or 0, device.total_bytes, 1)
+            return max(used, 1)
+        return max(device.capacity_bytes or 0, used, 1)
 
     def _segments(self, row: int, device: DeviceEstimate) -> list[tuple[int, QRectF]]:
         rect = self._bar_rect(row)
@@ -261,7 +301,12 @@ class MemoryBarsWidget(QWidget):
                 event.ignore()
                 return True
             device = self._estimate.devices[hit[0]]
-            QToolTip.showText(event.globalPos(), device_tooltip(device, self._margin_bytes), self)
+            text = device_tooltip(device, self._margin_bytes)
+            if hit[1] is not None:  # the part under the mouse first, with what it is
+                part = COMPONENTS[hit[1]]
+                n = _component_bytes(device, part)
+                text = f"<b>{part.title}</b>: {format_mib(n)} — {part.meaning}<hr>" + text
+            QToolTip.showText(event.globalPos(), text, self)
             return True
         return super().event(event)
 
@@ -353,9 +398,11 @@ class MemoryBarsWidget(QWidget):
                 color = color.lighter(130)
             painter.setPen(Qt.PenStyle.NoPen)
             painter.setBrush(color)
+            if COMPONENTS[i].growth:  # not held yet: hatched, after the total
+                painter.setBrush(QBrush(color, Qt.BrushStyle.Dense4Pattern))
             painter.drawRect(seg)
         if cap is not None and device.total_bytes > cap:
-            over = QRectF(rect.left() + cap * per_byte, rect.top(), 0, rect.height())
+            over = QRectF(rect.left() + cap * per_byte, rect.top(), 0, rect.height())  # held
             over.setRight(rect.left() + device.total_bytes * per_byte)
             painter.setBrush(QColor(_OVER_COLOR))
             painter.setOpacity(painter.opacity() * 0.55)
@@ -548,6 +595,11 @@ class MemoryPanel(QWidget):
         font.setBold(True)
         self.verdict_label.setFont(font)
         layout.addWidget(self.verdict_label)
+        self.plan_label = QLabel()
+        self.plan_label.setWordWrap(True)
+        self.plan_label.setAccessibleName("What the runner will do")
+        self.plan_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.plan_label)
         self.details_label = QLabel()
         self.details_label.setWordWrap(True)
         self.details_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -622,6 +674,7 @@ class MemoryPanel(QWidget):
         if checked is not None and checked.key == state_key(state):
             v = checked.verdict  # llama.cpp's figures for exactly these settings
         self._show_verdict(v.level, v.headline, v.details)
+        self.plan_label.setText(plan_text(state))
         self.resolved_label.setText(resolved_text(est, state.hardware.label))
 
     def _on_engine_checking(self, busy: bool) -> None:
@@ -648,6 +701,19 @@ class MemoryPanel(QWidget):
         self.verdict_label.setStyleSheet(f"color: {color};")
         self.verdict_label.setText(headline)
         self.details_label.setText("\n".join(details))
+
+
+def plan_text(state: EstimateState) -> str:
+    """Return what the runner will do with the settings left to it, in a few lines."""
+    plan = state.plan
+    if plan is None:
+        return ""
+    lines = [plan.summary + "."]
+    lines += list(plan.details)
+    if plan.decided:
+        lines.append("Move a setting to pin it; Reset gives them back to the runner.")
+    lines += list(plan.notes)
+    return "\n".join(lines)
 
 
 def resolved_text(est: MemoryEstimate, hardware_label: str) -> str:

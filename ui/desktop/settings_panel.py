@@ -490,6 +490,15 @@ class SettingsPanel(QWidget):
                 else f"{ctx.n_ctx:,} cells in the cache"
             )
             self.context_note.setText(f"{per_user}; training context {self._train_text()}")
+        plan = state.plan
+        if plan is not None and "n_gpu_layers" not in state.pinned:
+            # the runner decides: show its choice (moving the slider pins a value)
+            top = self.gpu_layers.maximum()
+            planned = min(plan.gpu_layers, top)
+            with signals_blocked(self.gpu_layers):
+                self.gpu_layers.setValue(planned)
+            chosen = f"all {top} layers" if planned >= top else f"{planned} of {top} layers"
+            self.gpu_layers_label.setText(f"{chosen}, chosen by {plan.title}")
         has_gpu = bool(state.hardware.hardware.gpus)
         self.gpu_layers.setEnabled(has_gpu)
         self.gpu_layers.setToolTip(

@@ -24,8 +24,8 @@ from app.export.llama_server import export_llama_server
 from app.export.lmstudio import export_lmstudio
 from app.export.ollama import export_ollama
 from app.hardware.devices import Hardware
-from app.settings import Settings
-from ui.desktop.estimate_controller import EstimateController
+from app.planning.runner_plan import fitting_comments
+from ui.desktop.estimate_controller import EstimateController, EstimateState
 from ui.desktop.export_panel import ExportController, ExportPanel
 from ui.desktop.hardware import HardwareChoice
 from ui.desktop.model_card import LoadedModel, load_model
@@ -39,15 +39,35 @@ def gemma(gemma_path: Path) -> LoadedModel:
     return load_model(gemma_path)
 
 
-def expected_text(path: str, settings: Settings, target: str, system: str, home: Path) -> str:
+def expected_text(path: str, state: EstimateState, target: str, system: str, home: Path) -> str:
+    """The exporters' output for the state's settings, with the comments on the runner's
+    own fitting that the state's plan gives (what the CLI's export writes too)."""
     facts = model_facts(path)
+    settings = state.settings
+    plan = state.plan
+    assert plan is not None
+    auto = plan.runner == "ollama" and "n_gpu_layers" not in plan.pinned
+    fitting = fitting_comments(plan, pinned_in_export=not auto)
     if target == "ollama":
-        return export_ollama(path, settings, facts=facts).render(system)  # type: ignore[arg-type]
+        out = export_ollama(path, settings, facts=facts, num_gpu_auto=auto, fitting=fitting)
+        return out.render(system)  # type: ignore[arg-type]
     if target == "lmstudio":
-        return export_lmstudio(path, settings, facts=facts, lmstudio_home=home).render()
+        lms = export_lmstudio(path, settings, facts=facts, lmstudio_home=home, fitting=fitting)
+        return lms.render()
     if target == "llama-server":
-        return export_llama_server(path, settings, windows=system == "windows").text
+        return export_llama_server(
+            path, settings, windows=system == "windows", fitting=fitting
+        ).text
     return export_llama_cpp_python(path, settings).text
+
+
+def expected_modelfile(path: str, state: EstimateState) -> str:
+    """The Modelfile the export writes for the state's plan (fitting comments included)."""
+    plan = state.plan
+    assert plan is not None
+    fitting = fitting_comments(plan, pinned_in_export=True)
+    out = export_ollama(path, state.settings, facts=model_facts(path), fitting=fitting)
+    return out.modelfile
 
 
 def make_panel(
@@ -71,7 +91,7 @@ def test_preview_is_the_exporters_output_for_every_runner(
     for target in ("ollama", "lmstudio", "llama-server", "llama-cpp-python"):
         panel.target_combo.setCurrentIndex(panel.target_combo.findData(target))
         assert controller.target == target
-        want = expected_text(gemma.path, estimates.settings, target, system, tmp_path)
+        want = expected_text(gemma.path, estimates.state, target, system, tmp_path)
         assert panel.preview.toPlainText() == want
         assert panel.preview.isReadOnly()
         assert panel.save_button.isEnabled()
@@ -89,9 +109,7 @@ def test_preview_follows_every_settings_change(
         text = panel.preview.toPlainText()
         assert f" -c {n_ctx} " in text
         assert "-ctk q8_0" in text
-        assert text == expected_text(
-            gemma.path, estimates.settings, "llama-server", "linux", tmp_path
-        )
+        assert text == expected_text(gemma.path, estimates.state, "llama-server", "linux", tmp_path)
     estimates.set_runner("ollama")  # the target follows the runner preset
     assert controller.target == "ollama"
     assert panel.target_combo.currentData() == "ollama"
@@ -152,10 +170,10 @@ def test_save_writes_atomically_and_asks_before_overwriting(
     panel.ask_save_path = ask
     panel.confirm = confirm
 
-    first = export_ollama(gemma.path, estimates.settings, facts=model_facts(gemma.path))
+    first = expected_modelfile(gemma.path, estimates.state)
     with qtbot.waitSignal(panel.saved, timeout=15_000):
         panel.save_button.click()
-    assert target.read_text(encoding="utf-8") == first.modelfile
+    assert target.read_text(encoding="utf-8") == first
     assert asked == []  # a new file: nothing to ask
     assert writes == [{"overwrite": False}]
 
@@ -164,15 +182,15 @@ def test_save_writes_atomically_and_asks_before_overwriting(
     panel.save_button.click()
     assert len(asked) == 1
     assert str(target) in asked[0]
-    assert target.read_text(encoding="utf-8") == first.modelfile  # kept
+    assert target.read_text(encoding="utf-8") == first  # kept
     assert len(writes) == 1
 
     answers.append(True)
     with qtbot.waitSignal(panel.saved, timeout=15_000):
         panel.save_button.click()
-    second = export_ollama(gemma.path, estimates.settings, facts=model_facts(gemma.path))
-    assert target.read_text(encoding="utf-8") == second.modelfile
-    assert "engine context 2048 tokens" in second.modelfile
+    second = expected_modelfile(gemma.path, estimates.state)
+    assert target.read_text(encoding="utf-8") == second
+    assert "engine context 2048 tokens" in second
     assert writes[-1] == {"overwrite": True}
     assert os.listdir(target.parent) == ["Modelfile"]  # no temporary file left behind
 

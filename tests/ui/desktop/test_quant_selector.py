@@ -18,7 +18,7 @@ from app.model.quant import QuantResult, simulate_all, simulate_quant
 from app.model.spec import ModelSpec
 from app.planning.options import own_quant_name
 from app.predict.estimate import estimate
-from tests.ui.desktop.test_main_window import LOAD_TIMEOUT_MS, TEST_HARDWARE, make_window
+from tests.ui.desktop.test_main_window import LOAD_TIMEOUT_MS, TEST_HARDWARE, held_only, make_window
 from ui.desktop.main_window import MainWindow
 from ui.desktop.memory_view import COMPONENTS
 from ui.desktop.recommend_panel import GoalForm
@@ -122,8 +122,8 @@ def test_selecting_q8_0_estimates_the_simulated_file_and_back(
     assert state.quant == "Q8_0"
     assert state.model is model  # the loaded file stays the model
     assert state.spec == simulated
-    assert state.estimate == expected
-    assert window.memory_panel.bars.estimate == expected
+    assert held_only(state.estimate) == expected
+    assert held_only(window.memory_panel.bars.estimate) == expected
     assert shown_weights(window) == expected.device("CPU").weights_bytes
     assert shown_weights(window) > file_weights
     assert state.verdict is not None
@@ -144,13 +144,13 @@ def test_selecting_q8_0_estimates_the_simulated_file_and_back(
     select(window, "Q8_0")
     assert calls == []
     s = window.estimates.settings
-    assert window.estimates.state.estimate == estimate(simulated, s, TEST_HARDWARE)
+    assert held_only(window.estimates.state.estimate) == estimate(simulated, s, TEST_HARDWARE)
 
     select(window, FILE_QUANT)
     state = window.estimates.state
     assert state.quant is None
     assert state.spec is model.spec
-    assert state.estimate == estimate(model.spec, s, TEST_HARDWARE)
+    assert held_only(state.estimate) == estimate(model.spec, s, TEST_HARDWARE)
     assert state.estimate is not None
     assert shown_weights(window) == state.estimate.device("CPU").weights_bytes
 
@@ -173,7 +173,7 @@ def test_apply_of_a_simulated_plan_selects_its_level(qtbot: QtBot, window: MainW
     assert combo.currentData() == best.quant.name
     state = window.estimates.state
     assert state.quant == best.quant.name
-    assert state.estimate == estimate(best.quant.spec, state.settings, TEST_HARDWARE)
+    assert held_only(state.estimate) == estimate(best.quant.spec, state.settings, TEST_HARDWARE)
     note = panel.apply_label.text()
     assert best.quant.name in note
     assert "download" in note
@@ -198,4 +198,4 @@ def test_opening_another_model_resets_to_this_file(
     state = window.estimates.state
     assert state.quant is None
     assert state.spec is model.spec
-    assert state.estimate == estimate(model.spec, state.settings, TEST_HARDWARE)
+    assert held_only(state.estimate) == estimate(model.spec, state.settings, TEST_HARDWARE)

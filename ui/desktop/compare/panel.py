@@ -70,7 +70,7 @@ from PySide6.QtWidgets import (
 from app.errors import GGTuneError
 from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
-from app.planning.compare import HUB_ORIGIN, CompareRow, compare_rows, repo_rows
+from app.planning.compare import HUB_ORIGIN, CompareRow, RunnerChoice, compare_rows, repo_rows
 from app.planning.options import COMPARE_QUANTS, QuantOption, quant_options
 from app.planning.words import fmt_ctx
 from app.predict.speed import SpeedFactors
@@ -124,15 +124,24 @@ class CompareResult:
         return tuple(f"{r.name or r.quant}: {r.error}" for r in self.rows if r.error)
 
 
+def runner_choice(state: EstimateState) -> RunnerChoice:
+    """Return the plan every row follows: the runner chosen and the settings pinned."""
+    requested = state.requested or state.settings
+    given = tuple(sorted((f, getattr(requested, f)) for f in state.pinned))
+    return RunnerChoice(state.runner, given)
+
+
 def compare_table(
     spec: ModelSpec,
     options: tuple[QuantOption, ...],
     settings: Settings,
     hardware: Hardware,
     factors: SpeedFactors,
+    runner: RunnerChoice | None = None,
 ) -> CompareResult:
-    """Return the rows of ``ggtune compare`` at ``settings`` as dataclasses (pure)."""
-    rows = compare_rows(spec, options, settings, hardware, factors)
+    """Return the rows of ``ggtune compare`` at ``settings`` as dataclasses (pure); with
+    ``runner`` each quant as that runner would run it (the Memory view's plan)."""
+    rows = compare_rows(spec, options, settings, hardware, factors, runner)
     return CompareResult(
         model_path=spec.path,
         settings=settings,
@@ -164,10 +173,14 @@ def read_repo(text: str) -> RepoHeaders:
 
 
 def repo_table(
-    headers: RepoHeaders, settings: Settings, hardware: Hardware, factors: SpeedFactors
+    headers: RepoHeaders,
+    settings: Settings,
+    hardware: Hardware,
+    factors: SpeedFactors,
+    runner: RunnerChoice | None = None,
 ) -> CompareResult:
     """Return one hub row per quant file of ``headers`` at ``settings`` (pure)."""
-    rows = repo_rows(headers.listing, headers.models, settings, hardware, factors)
+    rows = repo_rows(headers.listing, headers.models, settings, hardware, factors, runner)
     return CompareResult(
         model_path=f"{headers.listing.endpoint}/{headers.listing.repo_id}",
         settings=settings,
@@ -330,7 +343,8 @@ class CompareController(QObject):
         settings = state.settings
         hardware = state.hardware.hardware
         factors = self._speed.factors
-        key = (state.model.path, settings, hardware, factors)
+        runner = runner_choice(state)
+        key = (state.model.path, settings, hardware, factors, runner)
         if key == self._key and not now:
             return
         self._key = key
@@ -339,7 +353,7 @@ class CompareController(QObject):
 
         def job() -> tuple[tuple[QuantOption, ...], CompareResult]:
             options = known if known is not None else compare_options(spec)
-            return options, compare_table(spec, options, settings, hardware, factors)
+            return options, compare_table(spec, options, settings, hardware, factors, runner)
 
         first = (
             self._result is None
@@ -354,7 +368,8 @@ class CompareController(QObject):
         settings = state.settings
         hardware = state.hardware.hardware
         factors = self._speed.factors
-        key = ("repo", text, settings, hardware, factors)
+        runner = runner_choice(state)
+        key = ("repo", text, settings, hardware, factors, runner)
         if key == self._key and not now:
             return
         self._key = key
@@ -363,7 +378,7 @@ class CompareController(QObject):
 
         def job() -> tuple[RepoHeaders, CompareResult]:
             headers = known if known is not None else read_repo(text)
-            return headers, repo_table(headers, settings, hardware, factors)
+            return headers, repo_table(headers, settings, hardware, factors, runner)
 
         first = known is None or self._result is None or self._result.repo is None
         self._job.request(job, now=now or first)
