@@ -491,6 +491,8 @@ class SettingsPanel(QWidget):
             )
             self.context_note.setText(f"{per_user}; training context {self._train_text()}")
         plan = state.plan
+        if plan is not None and "n_ctx" not in state.pinned and state.settings.n_ctx:
+            self.context.show_value(state.settings.n_ctx)  # the runner's choice (fit)
         if plan is not None and "n_gpu_layers" not in state.pinned:
             # the runner decides: show its choice (moving the slider pins a value)
             top = self.gpu_layers.maximum()
