@@ -234,8 +234,8 @@ def running_rpc_commands(
     finally:
         for server in started:
             _stop(server.process)
-        for log in logs:
-            log.close()
+        for handle in logs:
+            handle.close()
 
 
 RpcServers = Callable[..., contextlib.AbstractContextManager[list[RpcServer]]]

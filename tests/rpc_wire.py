@@ -11,7 +11,9 @@ For ``SET_TENSOR``/``GET_TENSOR`` it also reads the serialized tensor's name and
 :func:`decode_steps` cuts the recording into steady decode steps: from one
 ``GRAPH_RECOMPUTE`` to the next (the graph already on the server is run again), so each
 step holds its result's ``GET_TENSOR`` and the next step's inputs. Used by
-tests/runner/test_rpc_pool.py and bench/bench_rpc.py.
+tests/runner/test_rpc_pool.py and bench/bench_rpc.py, which also talks to servers itself
+with :class:`RpcClient` (HELLO, one buffer, SET/GET_TENSOR) and :func:`replay`s a recorded
+step to time the protocol on loopback.
 
 Example::
 
@@ -60,12 +62,14 @@ class Message:
 
 
 def _read(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:  # recv_into: no new buffer of the remaining size per call
+        k = sock.recv_into(view[got:], n - got)
+        if not k:
             raise EOFError
-        buf += chunk
+        got += k
     return bytes(buf)
 
 
@@ -197,28 +201,33 @@ class Step:
     tensors: tuple[str, ...]
 
 
+def step_messages(messages: Sequence[Message]) -> list[list[Message]]:
+    """Return the messages of each steady step (see :func:`decode_steps`)."""
+    marks = [i for i, m in enumerate(messages) if m.command == "GRAPH_RECOMPUTE"]
+    out = []
+    for a, b in itertools.pairwise(marks):
+        chunk = list(messages[a + 1 : b + 1])  # the GET of step a … step b's own RECOMPUTE
+        if not any(m.command == "GRAPH_COMPUTE" for m in chunk):  # else a new graph was sent
+            out.append(chunk)
+    return out
+
+
 def decode_steps(messages: Sequence[Message]) -> list[Step]:
     """Return the steps between consecutive ``GRAPH_RECOMPUTE`` commands (see the module doc).
 
     A step's round trips are its commands that get a reply (GET_TENSOR, COPY_TENSOR…),
     counted as the replies it holds.
     """
-    marks = [i for i, m in enumerate(messages) if m.command == "GRAPH_RECOMPUTE"]
-    steps = []
-    for a, b in itertools.pairwise(marks):
-        chunk = messages[a + 1 : b + 1]  # the GET of step a … step b's own RECOMPUTE
-        if any(m.command == "GRAPH_COMPUTE" for m in chunk):
-            continue  # a new graph was sent in between: not a steady step
-        steps.append(
-            Step(
-                sent_bytes=sum(m.n_bytes for m in chunk if m.to_server),
-                received_bytes=sum(m.n_bytes for m in chunk if not m.to_server),
-                round_trips=sum(1 for m in chunk if not m.to_server),
-                messages=sum(1 for m in chunk if m.to_server),
-                tensors=tuple(f"{m.command} {m.tensor}" for m in chunk if m.tensor),
-            )
+    return [
+        Step(
+            sent_bytes=sum(m.n_bytes for m in chunk if m.to_server),
+            received_bytes=sum(m.n_bytes for m in chunk if not m.to_server),
+            round_trips=sum(1 for m in chunk if not m.to_server),
+            messages=sum(1 for m in chunk if m.to_server),
+            tensors=tuple(f"{m.command} {m.tensor}" for m in chunk if m.tensor),
         )
-    return steps
+        for chunk in step_messages(messages)
+    ]
 
 
 @contextlib.contextmanager
@@ -226,3 +235,87 @@ def tapped(ports: Sequence[int]) -> Iterator[list[WireTap]]:
     """Run one :class:`WireTap` per server port; close them all on exit."""
     with contextlib.ExitStack() as stack:
         yield [stack.enter_context(WireTap(p)) for p in ports]
+
+
+# --- a client that speaks the protocol itself (for the loopback timing floor) ------------------
+
+_TENSOR = struct.Struct("<QIQ4I4II16ii10QQQQ64si")
+assert _TENSOR.size == RPC_TENSOR_BYTES
+_CMD = {name: i for i, name in enumerate(COMMANDS)}
+HELLO_CAPS_BYTES = 24  # RPC_CONN_CAPS_SIZE (ggml-rpc/transport.h)
+
+
+class RpcClient:
+    """A minimal client of one ggml-rpc-server: HELLO, one buffer, SET/GET_TENSOR on it.
+
+    It sends what llama.cpp sends for a tensor in that buffer (a 296-byte ``rpc_tensor``,
+    F32, one row), so a server handles it exactly as llama.cpp's inputs and results.
+    """
+
+    def __init__(self, port: int, buffer_bytes: int) -> None:
+        self.sock = socket.create_connection((LOOPBACK, port), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._call("HELLO", bytes(HELLO_CAPS_BYTES), 4 + HELLO_CAPS_BYTES)
+        reply = self._call("ALLOC_BUFFER", struct.pack("<IQ", 0, buffer_bytes), 16)
+        self.buffer, size = struct.unpack("<QQ", reply)
+        if self.buffer == 0 or size < buffer_bytes:
+            raise RuntimeError(f"the server could not allocate {buffer_bytes} bytes")
+        base = self._call("BUFFER_GET_BASE", struct.pack("<Q", self.buffer), 8)
+        (self.base,) = struct.unpack("<Q", base)
+        self.buffer_bytes = buffer_bytes
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def _send(self, command: str, payload: bytes) -> None:
+        self.sock.sendall(bytes([_CMD[command]]) + struct.pack("<Q", len(payload)) + payload)
+
+    def _reply(self, size: int) -> bytes:
+        (n,) = struct.unpack("<Q", _read(self.sock, 8))
+        if n != size:
+            raise RuntimeError(f"reply of {n} bytes, expected {size}")
+        return _read(self.sock, n)
+
+    def _call(self, command: str, payload: bytes, reply: int) -> bytes:
+        self._send(command, payload)
+        return self._reply(reply)
+
+    def tensor(self, n_bytes: int) -> bytes:
+        """Return a serialized F32 tensor of ``n_bytes`` (whole floats) at the buffer's start."""
+        n = max(1, n_bytes // 4)
+        if 4 * n > self.buffer_bytes:
+            raise ValueError("tensor larger than the buffer")
+        ne = (n, 1, 1, 1)
+        nb = (4, 4 * n, 4 * n, 4 * n)
+        return _TENSOR.pack(1, 0, self.buffer, *ne, *nb, 0, *(0,) * 16, 0, *(0,) * 10, 0, 0,
+                            self.base, b"bench", 0)  # fmt: skip
+
+    def set_tensor(self, data: bytes) -> None:
+        """``SET_TENSOR``: no reply (llama.cpp does not wait for one either)."""
+        self._send("SET_TENSOR", self.tensor(len(data)) + b"\0" + struct.pack("<Q", 0) + data)
+
+    def get_tensor(self, n_bytes: int) -> bytes:
+        """``GET_TENSOR`` of ``n_bytes`` (whole floats): one round trip."""
+        size = 4 * max(1, n_bytes // 4)
+        return self._call("GET_TENSOR", self.tensor(size) + struct.pack("<QQ", 0, size), size)
+
+
+def replay(client: RpcClient, step: Sequence[Message]) -> float:
+    """Send ``step``'s messages as llama.cpp sent them (same order and payload sizes;
+    ``GRAPH_RECOMPUTE`` left out: there is no graph) and return the seconds it took."""
+    plan: list[tuple[str, int]] = []
+    for i, m in enumerate(step):
+        if m.to_server and m.command == "SET_TENSOR":
+            plan.append(("set", m.n_bytes - 9 - RPC_TENSOR_BYTES - 9))
+        elif m.to_server and m.command == "GET_TENSOR":
+            reply = next(r for r in step[i + 1 :] if not r.to_server)
+            plan.append(("get", reply.n_bytes - 8))
+    payloads = {n: bytes(n) for kind, n in plan if kind == "set"}
+    start = time.perf_counter()
+    for kind, n in plan:
+        if kind == "set":
+            client.set_tensor(payloads[n])
+        else:
+            client.get_tensor(n)
+    return time.perf_counter() - start
