@@ -80,9 +80,9 @@ def test_the_bars_show_the_prompt_cache_and_checkpoints_as_growth(
 def test_compare_rows_follow_the_same_plan(qtbot: QtBot, qsettings: QSettings) -> None:
     """Compare's row for the open file shows what the Memory view shows (issue 15: the
     Compare tab picked 'the most GPU layers that fit' while the verdict ignored fitting)."""
-    from app.planning.planner import quant_options
+    from app.planning.options import quant_options
     from app.predict.speed import SpeedFactors
-    from ui.desktop.compare_panel import compare_table, runner_choice
+    from ui.desktop.compare.panel import compare_table, runner_choice
 
     window = make_window(qtbot, qsettings)
     _with_gpu(window, 1.7)
