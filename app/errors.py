@@ -8,7 +8,8 @@ The tree::
     GGTuneError
     ├── PathError                  about one file: .path names it (None when no file is
     │   │                          at fault), .message says what; str() is "path: message"
-    │   ├── GGUFError              a model file could not be read (also has .offset)
+    │   ├── GGUFError              a model file could not be read; str() says so in plain
+    │   │   │                          words, .offset/.message/.detail keep the reader's find
     │   │   ├── UnreadableFileError    the file exists but cannot be read (permission, I/O)
     │   │   ├── NotGGUFError           the magic is not "GGUF"
     │   │   ├── UnsupportedVersionError  GGUF version other than 2 or 3
@@ -19,7 +20,8 @@ The tree::
     │   │   ├── UnknownValueTypeError  a metadata value type outside the GGUF spec
     │   │   ├── UnknownTensorTypeError a ggml tensor type this build does not know
     │   │   ├── InvalidTensorDataError tensor data out of the file, misaligned or overlapping
-    │   │   └── InvalidMetadataError   a key the model needs is missing or has the wrong type
+    │   │   └── InvalidMetadataError   a key the model needs is missing or has the wrong type,
+    │   │                              or a hyperparameter llama.cpp refuses (names the key)
     │   ├── ModelFileNotFoundError the path does not exist / is not a file
     │   ├── ModelOpenError         a model file could not be opened (an OSError)
     │   ├── HardwareProfileError   a hardware profile file or a composition like
@@ -38,7 +40,7 @@ The tree::
     │                              reported, not raised
     ├── SplitModelError            shards of a split model are missing or do not match
     ├── StandInError               a header stand-in (app/model/standin.py) could not be
-    │                              written or checked
+    │                              written or checked (no room, no sparse files, bad header)
     ├── UnsupportedModelError      the architecture's memory rules are unknown
     ├── SettingsError              a setting out of range (e.g. a negative context)
     ├── PlanError                  the planner was asked what it cannot answer (no quant,
@@ -46,27 +48,26 @@ The tree::
     ├── ModelFetchError            a demo/test model could not be fetched from PyPI
     │                              (pip failed, checksum mismatch, disk full)
     ├── QuantError                 llama.cpp would refuse to quantize a model to a file type
-    ├── QualityProfileError        a quality table in profiles/quality/ is missing or bad
-                                   (has .path)
-    ├── CatalogError               a model catalog entry is unknown, unreadable or invalid
-    │                              (has .path: the profiles/models/*.json file at fault)
-    ├── StandInError               a header stand-in could not be written or checked (no
-    │                              room, a file system without sparse files, bad header)
-
-
     ├── ExportError                settings could not be exported, written or read back
-    │                              (a runner cannot express them, the target exists,
-    │                              disk full, a Modelfile that Ollama would refuse)
+    │                              (a runner cannot express them, the target exists or is
+    │                              not a regular file, disk full, a Modelfile or a model
+    │                              name that Ollama would refuse)
     ├── RemoteError                a remote file or the Hugging Face hub could not be read
-    │   │                          (has .url and .status, the HTTP status or None)
-    │   ├── RemoteUnavailableError offline, DNS failure, refused, timed out, connection cut
+    │   │                          (has .url and .status, the HTTP status or None), or
+    │   │                          answered what the hub never does (too large, looping
+    │   │                          pages, another host, a size it will not say)
+    │   ├── RemoteUnavailableError offline, DNS failure, refused, timed out, connection cut,
+    │   │                          too slow (a whole answer has a deadline), stalled
     │   ├── RemoteAuthError        401/403: a gated or private repo (log in: HF_TOKEN or
     │   │                          `huggingface-cli login`)
     │   ├── RemoteNotFoundError    404: no such repo, revision or file
     │   ├── RateLimitedError       429: too many requests (has .retry_after_s)
     │   ├── RangeNotSupportedError the server ignores Range requests (would send it all)
     │   └── DownloadError          a download could not finish: not enough free disk, a
-    │       │                      size or sha256 mismatch (nothing is left looking complete)
+    │       │                      size or sha256 mismatch (nothing is left looking complete),
+    │       │                      a listing whose paths would leave the folder or that has
+    │       │                      no checksum, a different file already in the folder, a
+    │       │                      disk that fills up (the partial file is kept to resume)
     │       └── DownloadCancelledError  cancelled; the partial file is kept for resuming
     └── EngineError                llama.cpp, run in a child process, failed (has .cause,
         │                          .log_tail, .exit_code, .signal); the app stays up
