@@ -33,6 +33,24 @@ from app.state_files import load_json, load_toml, read_text
 DEEP = "[" * 100_000 + "]" * 100_000
 
 
+def make_hostile(path: Path, kind: str) -> None:
+    """Make ``path`` a hostile state file of ``kind`` ("missing" leaves it absent)."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind in ("deep", "deep-json"):
+        path.write_text(DEEP)
+    elif kind == "big":
+        path.write_bytes(b" " * 2000)
+    elif kind == "not-utf8":
+        path.write_bytes(b"\xff\xfe{}")
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        assert kind == "missing", kind
+
+
 def ollama_store(tmp_path: Path, gemma_path: Path) -> tuple[Path, Path]:
     """Return (models folder, manifests folder of library/demo) with one good tag."""
     models = tmp_path / "ollama"
@@ -70,16 +88,7 @@ def test_a_hostile_manifest_is_skipped_and_the_good_tag_listed(
 ) -> None:
     models, folder = ollama_store(tmp_path, gemma_path)
     bad = folder / "bad"
-    if kind == "fifo":
-        os.mkfifo(bad)
-    elif kind == "dev-zero":
-        bad.symlink_to("/dev/zero")
-    elif kind == "deep-json":
-        bad.write_text(DEEP)
-    elif kind == "not-utf8":
-        bad.write_bytes(b"\xff\xfe{}")
-    else:
-        bad.mkdir()
+    make_hostile(bad, kind)
     library = scan_within(LibraryRoots(ollama_models=models))
     names = [e.name for e in library.entries]  # type: ignore[attr-defined]
     assert names == ["demo:good"]
@@ -218,16 +227,7 @@ def test_sixteen_gpus_still_compose() -> None:
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "deep", "big", "not-utf8", "missing"])
 def test_state_file_readers_refuse_with_one_line(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "state"
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "dev-zero":
-        path.symlink_to("/dev/zero")
-    elif kind == "deep":
-        path.write_text(DEEP)
-    elif kind == "big":
-        path.write_bytes(b" " * 2000)
-    elif kind == "not-utf8":
-        path.write_bytes(b"\xff")
+    make_hostile(path, kind)
     for reader in (load_json, load_toml, read_text):
         with pytest.raises(StateFileError) as caught:
             reader(path, max_bytes=1000)

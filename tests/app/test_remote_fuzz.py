@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import signal
 import struct
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,10 +24,9 @@ from hypothesis import strategies as st
 from app.errors import GGTuneError
 from app.model.gguf_reader import MAX_HEADER_BYTES, Header
 from app.sources.remote import MAX_BLOCK_BYTES, read_remote_header
+from tests.app.test_gguf_fuzz import no_hang
 from tests.fake_hub import write_split_model
 from tests.hostile_hub import Exchange, HostileHub
-
-HANG_SECONDS = 20
 
 
 @dataclass
@@ -43,20 +40,6 @@ class Misbehaviour:
     bodies: list[str] = field(default_factory=lambda: ["all"])
     served: int = 0
     requests: int = 0
-
-
-@contextmanager
-def no_hang() -> Iterator[None]:
-    def on_alarm(signum: int, frame: object) -> None:
-        raise AssertionError(f"no result after {HANG_SECONDS} s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, HANG_SECONDS)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _pick(items: list[str] | list[int], i: int) -> str | int:
