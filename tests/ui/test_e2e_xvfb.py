@@ -125,6 +125,7 @@ def _drive(scratch: Path) -> dict[str, Any]:
     from app.export.ollama import export_ollama
     from app.measured.bench_result import BenchPlan
     from app.measured.results_db import ResultsDB
+    from app.planning.runner_plan import fitting_comments
     from app.predict.estimate import estimate
     from ui.desktop.app import make_application
     from ui.desktop.main_window import MainWindow
@@ -237,7 +238,13 @@ def _drive(scratch: Path) -> dict[str, Any]:
     wait_for(
         export.saved, lambda: QTest.mouseClick(export.save_button, Qt.MouseButton.LeftButton), 10
     )
-    want = export_ollama(model.path, estimates.settings, facts=model_facts(model.path)).modelfile
+    # what the runner runs (its own fitting) with the plan's comments, as the Export tab writes
+    state = estimates.state
+    assert state.plan is not None
+    fitting = fitting_comments(state.plan, pinned_in_export=True)
+    want = export_ollama(
+        model.path, state.settings, facts=model_facts(model.path), fitting=fitting
+    ).modelfile
 
     summary = {
         "platform": QGuiApplication.platformName(),
