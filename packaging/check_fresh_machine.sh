@@ -85,6 +85,11 @@ for fs in proc sys dev dev/pts dev/shm; do
     mounted+=("$root/$fs")
 done
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+# debootstrap writes no /etc/hosts (the installer, or Docker, does): give it the usual one,
+# or `localhost` does not resolve (the tests' fake Hugging Face hub redirects to it)
+if [[ ! -e "$root/etc/hosts" ]]; then
+    printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+fi
 # Behind a TLS-inspecting proxy this machine trusts its own CA certificates
 # (/usr/local/share/ca-certificates); the chroot gets them too, for when .ci/run installs
 # ca-certificates, and pip is pointed at the system bundle (its own certifi bundle lacks

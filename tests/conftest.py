@@ -126,8 +126,11 @@ def llama_cpp_source() -> Path:
                 "pip",
                 "download",
                 "--no-deps",
+                # only llama-cpp-python as the sdist: with :all: pip also builds the sdist's
+                # build dependencies from source to read its metadata (minutes to forever
+                # on a clean machine; packaging/check_fresh_machine.sh found it)
                 "--no-binary",
-                ":all:",
+                "llama-cpp-python",
                 "-q",
                 "-d",
                 tmp,
