@@ -31,6 +31,10 @@ class Device:
     use: e.g. the Metal working set of a Mac's unified memory); ``None``: as capacity."""
     description: str = ""
     """What the device is, in words ("NVIDIA GeForce RTX 3090", "Apple M2 Max")."""
+    lent_cpu: bool = False
+    """An RPC device that is another machine's CPU and RAM (``ggml-rpc-server`` offers its
+    CPU when the machine has no GPU): llama.cpp places layers on it as on a GPU, but it
+    runs at CPU speed."""
 
     @property
     def buffer_name(self) -> str:

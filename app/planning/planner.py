@@ -103,6 +103,7 @@ from app.predict.speed import (
     SpeedFactors,
     SpeedPrediction,
     best_draft_length,
+    decode_bandwidth,
     expected_tokens_per_step,
     predict_speed,
     with_network,
@@ -337,12 +338,20 @@ def rpc_hardware(local: Hardware, hosts: Sequence[RpcHost]) -> tuple[Hardware, d
     machines: dict[str, str] = {}
     n = 0
     for h in hosts:
+        lent_cpu = not h.hardware.gpus
         for d in h.hardware.gpus or (h.hardware.host,):
             name = f"RPC{n}"
             n += 1
             what = d.description or h.label or d.name
             remote.append(
-                dataclasses.replace(d, name=name, kind="gpu", description=f"{what} @ {h.endpoint}")
+                dataclasses.replace(
+                    d,
+                    name=name,
+                    kind="gpu",
+                    description=f"{what} @ {h.endpoint}",
+                    lent_cpu=lent_cpu,
+                    cpu_flags=(),  # RPC buffers are plain: no CPU repacking over the wire
+                )
             )
             machines[name] = h.endpoint
     for d in local.devices:
@@ -364,19 +373,38 @@ def fit_layers(
     return _Search(hardware, goal, None).place(spec, settings)
 
 
-def _variants(spec: ModelSpec, hardware: Hardware, goal: Goal, users: int) -> list[Settings]:
+def _variants(
+    spec: ModelSpec, hardware: Hardware, goal: Goal, users: int, *, pooled: bool = False
+) -> list[Settings]:
     """Return the settings to try besides context and placement: cache types with the
     flash-attention modes llama.cpp accepts, unified KV for several users, tensor splits,
     and mmap off where llama.cpp repacks the weights for this CPU (llama.cpp #16761: with
-    mmap the mapped file keeps the originals as well)."""
+    mmap the mapped file keeps the originals as well).
+
+    ``pooled`` (a split over machines, whose devices differ widely: a remote CPU lends its
+    RAM at CPU speed) adds splits that leave the slowest devices out: the fastest one,
+    then the two fastest … by memory (zero shares for the rest), so a model that fits the
+    fast devices is not spread over slow ones."""
     out: list[Settings] = []
     worth_it = repacked_bytes(spec, hardware.host) >= REPACK_NOTE_BYTES
     mmaps = (True, False) if worth_it else (True,)
     splits: list[tuple[float, ...]] = [()]
-    if len(hardware.gpus) > 1 and all(g.bandwidth_gb_per_s for g in hardware.gpus):
-        by_bw = tuple(float(g.bandwidth_gb_per_s or 0) for g in hardware.gpus)
+    gpus = hardware.gpus
+    if len(gpus) > 1 and all(g.bandwidth_gb_per_s for g in gpus) and not pooled:
+        by_bw = tuple(float(g.bandwidth_gb_per_s or 0) for g in gpus)
         if len(set(by_bw)) > 1:
             splits.append(by_bw)  # faster cards carry more layers
+    if pooled and len(gpus) > 1:
+        rate = [decode_bandwidth(g) for g in gpus]
+        splits.append(tuple(r / 1e9 for r in rate))  # faster devices carry more layers
+        order = sorted(range(len(gpus)), key=lambda i: -rate[i])
+        for k in range(1, len(gpus)):
+            keep = set(order[:k])
+            splits.append(
+                tuple(
+                    float(g.capacity_bytes or 1) if i in keep else 0.0 for i, g in enumerate(gpus)
+                )
+            )
     for kv in goal.kv_types:
         fa_modes: tuple[Literal["on", "off"], ...] = ("on", "off") if kv == "f16" else ("on",)
         for fa in fa_modes:
@@ -435,17 +463,44 @@ def recommend(
     opts = list(options) if options is not None else list(quant_options(spec, simulate=None))
     if not opts:
         raise PlanError("no quant to plan for")
+    local = hardware
     machines: dict[str, str] | None = None
     if goal.rpc_hosts:
         hardware, machines = rpc_hardware(hardware, goal.rpc_hosts)
     rec, search = _recommend_on(spec, hardware, goal, opts, factors, machines, None)
     if goal.draft is not None:
         rec = _consider_draft(spec, hardware, goal, opts, factors, machines, rec)
-    if machines is not None:
-        best = None if rec.best is None else pin_split(search, rec.best)
-        rpc = _rpc_plan(goal, search, best)
-        rec = dataclasses.replace(rec, best=best, rpc=rpc, why=f"{rec.why} {rpc_words(rpc)}")
+    if machines is None:
+        return dataclasses.replace(rec, hardware=hardware)
+    best = None if rec.best is None else pin_split(search, rec.best)
+    unused = _unused_hosts(search, goal.rpc_hosts, best)
+    if unused and len(unused) < len(goal.rpc_hosts):
+        # plan again without them: no server to start, no --rpc entry, no device
+        kept = tuple(h for h in goal.rpc_hosts if h not in unused)
+        again = recommend(
+            spec, local, dataclasses.replace(goal, rpc_hosts=kept), options=opts, factors=factors
+        )
+        names = ", ".join(h.endpoint for h in unused)
+        note = (
+            f" Not used: {names} (the plan is faster without {'it' if len(unused) == 1 else 'them'}"
+            ": fewer machines, fewer network round trips per token)."
+        )
+        return dataclasses.replace(again, why=again.why + note)
+    rpc = _rpc_plan(goal, search, best)
+    rec = dataclasses.replace(rec, best=best, rpc=rpc, why=f"{rec.why} {rpc_words(rpc)}")
     return dataclasses.replace(rec, hardware=hardware)
+
+
+def _unused_hosts(
+    search: _Search, hosts: Sequence[RpcHost], best: Candidate | None
+) -> tuple[RpcHost, ...]:
+    """Return the remote machines on which ``best`` puts no layer."""
+    if best is None:
+        return ()
+    counts = layer_split(best.quant.spec, best.settings, search.hardware)
+    gpus = search.hardware.gpus
+    used = {search.machines_of(g.name) for g, c in zip(gpus, counts, strict=True) if c > 0}
+    return tuple(h for h in hosts if h.endpoint not in used)
 
 
 def _recommend_on(
@@ -465,7 +520,7 @@ def _recommend_on(
     want_ctx = min(want_ctx, train) if goal.name != "users" else want_ctx
     cands: list[Candidate] = []
     for option in allowed:
-        for base in _variants(option.spec, hardware, goal, users):
+        for base in _variants(option.spec, hardware, goal, users, pooled=machines is not None):
             if goal.name == "longest-context":
                 c = _longest(search, option, base, goal, train)
             else:
@@ -862,7 +917,7 @@ def max_users(
         return c, ""
 
     for option in allowed:
-        for base in _variants(option.spec, hardware, base_goal, 2):
+        for base in _variants(option.spec, hardware, base_goal, 2, pooled=machines is not None):
             c1, why1 = feasible(option, base, 1)
             if c1 is None:
                 if best[0] == 0 and best[1] is None:

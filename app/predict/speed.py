@@ -177,7 +177,9 @@ class Workload:
 
 
 def _device_kind(device: Device) -> DeviceClass:
-    if device.kind == "host":
+    if device.kind == "host" or device.lent_cpu:
+        # a remote machine's CPU over RPC runs at CPU rates (this machine's CPU factors:
+        # an assumption, as nothing was measured there)
         return "host"
     return "unified" if device.unified_memory else "gpu"
 
@@ -198,6 +200,12 @@ def _rates(device: Device, factors: SpeedFactors) -> tuple[float, float, float]:
     if kind == "unified":
         return bw * factors.unified_bandwidth_efficiency, flops, factors.unified_overhead_s
     return bw * factors.gpu_bandwidth_efficiency, flops, factors.gpu_overhead_s
+
+
+def decode_bandwidth(device: Device, factors: SpeedFactors | None = None) -> float:
+    """Return the bytes per second ``device`` reads while decoding (its bandwidth times the
+    efficiency of its kind): what ranks devices by speed."""
+    return _rates(device, factors or SpeedFactors())[0]
 
 
 def workload(

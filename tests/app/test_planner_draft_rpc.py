@@ -31,7 +31,7 @@ from app.predict.speed import (
     predict_speed,
     speculative_speedup,
 )
-from app.settings import ALL_LAYERS
+from app.settings import ALL_LAYERS, Settings
 from app.units import DEFAULT_MARGIN_BYTES
 
 GIB = 1024**3
@@ -225,14 +225,17 @@ def test_rpc_split_of_a_70b_fits_where_one_machine_does_not(
     llama70b_q4: QuantOption, llama_cpp_source: Path
 ) -> None:
     # Llama-3.1-70B Q4_K_M is ~40 GiB of weights: an RTX 4090 (23 GiB usable) alone must put
-    # about half the layers in system RAM; with two remote RTX 3090s (23 GiB each) all 80
-    # layers sit on GPUs, split in proportion to their memory.
+    # about half the layers in system RAM; with two remote RTX 3090s (23 GiB each) and 32k
+    # tokens of context (~5 GiB of q8_0 KV) all 80 layers sit on the three GPUs, split in
+    # proportion to their memory.
     spec = llama70b_q4.spec
     local = compose("rtx-4090", default_host=HOST)
-    alone = recommend(spec, local, Goal("fastest"), options=(llama70b_q4,))
+    goal = Goal("fastest", ctx=32768)
+    alone = recommend(spec, local, goal, options=(llama70b_q4,))
     assert alone.best is not None
     assert not alone.best.all_on_gpu
-    rec = recommend(spec, local, Goal("fastest", rpc_hosts=_remotes()), options=(llama70b_q4,))
+    goal = Goal("fastest", ctx=32768, rpc_hosts=_remotes())
+    rec = recommend(spec, local, goal, options=(llama70b_q4,))
     best, rpc = rec.best, rec.rpc
     assert best is not None
     assert rpc is not None
@@ -304,6 +307,54 @@ def test_rpc_split_of_a_70b_fits_where_one_machine_does_not(
     text = (llama_cpp_source / VENDORED / "common/arg.cpp").read_text()
     assert '{"--rpc"}' in text
     assert '{"--spec-draft-n-max"}' in text
+
+
+def test_a_machine_the_plan_leaves_empty_is_dropped(llama70b_q4: QuantOption) -> None:
+    # At 4k tokens the 70B fits the RTX 4090 and one RTX 3090: the second remote machine
+    # would only add a round trip per token, so the plan goes without it, and says so
+    spec = llama70b_q4.spec
+    local = compose("rtx-4090", default_host=HOST)
+    rec = recommend(spec, local, Goal("fastest", rpc_hosts=_remotes()), options=(llama70b_q4,))
+    assert rec.best is not None
+    assert rec.best.all_on_gpu
+    assert rec.rpc is not None
+    assert [h.endpoint for h in rec.rpc.hosts] == ["10.0.0.2:50052"]
+    assert [m.machine for m in rec.rpc.machines] == ["10.0.0.2:50052", "this machine"]
+    assert rec.rpc.remote_commands == (("ggml-rpc-server", "-H", "10.0.0.2", "-p", "50052", "-c"),)
+    assert rec.rpc.n_round_trips == 1
+    assert "Not used: 10.0.0.3:50052" in rec.why
+    argv = server_argv("m.gguf", rec)
+    assert argv[argv.index("--rpc") + 1] == "10.0.0.2:50052"
+    # the same plan as when only the machine it uses is offered
+    one = recommend(spec, local, Goal("fastest", rpc_hosts=_remotes()[:1]), options=(llama70b_q4,))
+    assert one.best is not None
+    assert rec.best.settings == one.best.settings
+    assert rec.best.speed.decode_tok_per_s == one.best.speed.decode_tok_per_s
+
+
+def test_a_remote_cpu_runs_at_cpu_speed_and_the_gpu_is_filled_first() -> None:
+    # a 12 GB RTX 3060 and a 32 GB machine without a GPU (it lends its CPU and RAM): an 8B
+    # Q4_K_M fits the 3060 alone, and the plan keeps it there rather than spread it by size
+    spec = model_spec(catalog_header("llama-3.1-8b"))
+    q4 = _quant(spec, "Q4_K_M")
+    cpu_box = RpcHost(compose("32 GB"), "10.0.0.9:50052", "32 GB")
+    gpu_box = RpcHost(compose("rtx-3060-12g"), "10.0.0.8:50052", "rtx-3060-12g")
+    hw, _ = rpc_hardware(Hardware.cpu_only(16 * GIB), (gpu_box, cpu_box))
+    assert hw.gpus[1].lent_cpu
+    assert not hw.gpus[0].lent_cpu
+    fast = predict_speed(
+        q4.spec, Settings(n_ctx=4096, n_gpu_layers=ALL_LAYERS, tensor_split=(1.0, 0.0)), hw
+    )
+    slow = predict_speed(
+        q4.spec, Settings(n_ctx=4096, n_gpu_layers=ALL_LAYERS, tensor_split=(0.0, 1.0)), hw
+    )
+    assert fast.decode_tok_per_s > 5 * slow.decode_tok_per_s  # CPU rates, not a GPU's
+    local = Hardware.cpu_only(16 * GIB)
+    rec = recommend(q4.spec, local, Goal("fastest", rpc_hosts=(gpu_box, cpu_box)), options=(q4,))
+    assert rec.best is not None
+    assert rec.rpc is not None
+    assert [h.endpoint for h in rec.rpc.hosts] == ["10.0.0.8:50052"]
+    assert rec.best.estimate.device("RPC0").n_layers == spec.n_layer_all
 
 
 def test_slower_link_slows_the_split(llama70b_q4: QuantOption) -> None:

@@ -6,6 +6,11 @@ prints what was found, what could not be found and why, and the devices the esti
 will use. ``--json`` prints the same as one object. ``ggtune hw --profiles`` lists the
 hardware profiles; ``ggtune hw --profile "2x rtx-3090 + 64 GB DDR5"`` shows a composition
 as the estimator would see it.
+
+The user's other machines, lent to plans over llama.cpp's RPC backend, are remembered here
+too (:mod:`app.planning.machines`): ``--rpc-add HARDWARE@HOST:PORT [--rpc-name NAME]``,
+``--rpc-remove``, ``--rpc-off``/``--rpc-on``, ``--rpc-list``; ``ggtune recommend/plan
+--rpc-saved`` plans with the ones that are on.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from app.errors import EngineError, HardwareProfileError
+from app.errors import EngineError, GGTuneError, HardwareProfileError, StateFileError
 from app.hardware.devices import Hardware
 from app.hardware.probe import detect
 from app.hardware.profiles import ProfileSet, compose, load_profiles
@@ -54,6 +59,18 @@ def register(sub: Any) -> None:
         metavar="NAME[,NAME]",
         help='show a profile or a composition, e.g. "2x rtx-3090 + 64 GB DDR5"',
     )
+    m = p.add_argument_group("other machines, lent over llama.cpp's RPC backend (remembered)")
+    m.add_argument(
+        "--rpc-add",
+        metavar="HARDWARE@HOST:PORT",
+        help="remember a machine running ggml-rpc-server, e.g. rtx-3060-12g@192.168.1.20:50052 "
+        "or '32 GB@192.168.1.21:50052' (no GPU: it lends its RAM); plans use it with --rpc-saved",
+    )
+    m.add_argument("--rpc-name", metavar="NAME", default="", help="a name for --rpc-add")
+    m.add_argument("--rpc-remove", metavar="HOST:PORT|NAME", help="forget a machine")
+    m.add_argument("--rpc-off", metavar="HOST:PORT|NAME", help="keep it, but plan without it")
+    m.add_argument("--rpc-on", metavar="HOST:PORT|NAME", help="plan with it again")
+    m.add_argument("--rpc-list", action="store_true", help="list the remembered machines")
     p.set_defaults(handler=run_hw)
 
 
@@ -240,8 +257,73 @@ def _print_profiles(rows: list[dict[str, Any]]) -> None:
 # --- entry point -----------------------------------------------------------------------
 
 
+def _machines_dict() -> list[dict[str, Any]]:
+    from app.planning.machines import load_machines
+
+    rows = []
+    for m in load_machines():
+        try:
+            hw = m.host().hardware
+            devices = [
+                {"name": d.name, "kind": d.kind, "capacity_bytes": d.capacity_bytes,
+                 "description": d.description}
+                for d in (hw.gpus or (hw.host,))
+            ]  # fmt: skip
+            problem = None
+        except HardwareProfileError as err:
+            devices, problem = [], str(err)
+        rows.append(
+            {"endpoint": m.endpoint, "hardware": m.hardware, "name": m.name,
+             "enabled": m.enabled, "devices": devices, "problem": problem}
+        )  # fmt: skip
+    return rows
+
+
+def _print_machines(rows: list[dict[str, Any]]) -> None:
+    from app.planning.machines import machines_path
+
+    print(f"other machines (llama.cpp RPC; {machines_path()})")
+    if not rows:
+        print("  none: ggtune hw --rpc-add HARDWARE@HOST:PORT")
+    for r in rows:
+        use = "planned with" if r["enabled"] else "off"
+        name = f" ({r['name']})" if r["name"] else ""
+        offers = ", ".join(
+            f"{d['description'] or d['name']} {format_bytes(d['capacity_bytes'])}"
+            for d in r["devices"]
+        )
+        print(f"  {r['endpoint']}{name}: {r['hardware']} — lends {offers or '?'}; {use}")
+        if r["problem"]:
+            print(f"    cannot be planned with: {r['problem']}")
+
+
+def _run_machines(args: argparse.Namespace) -> int | None:
+    """Handle the --rpc-* options; None when none was given."""
+    from app.planning import machines
+
+    if args.rpc_add:
+        machines.add_machine(machines.parse_machine(args.rpc_add, name=args.rpc_name))
+    elif args.rpc_remove:
+        machines.remove_machine(args.rpc_remove)
+    elif args.rpc_off or args.rpc_on:
+        machines.set_enabled(args.rpc_off or args.rpc_on, enabled=not args.rpc_off)
+    elif not args.rpc_list:
+        if args.rpc_name:
+            raise GGTuneError("--rpc-name goes with --rpc-add")
+        return None
+    rows = _machines_dict()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        _print_machines(rows)
+    return 0
+
+
 def run_hw(args: argparse.Namespace) -> int:
     """Run ``ggtune hw``; return the exit code."""
+    done = _run_machines(args)
+    if done is not None:
+        return done
     if args.profiles:
         profiles = load_profiles()
         rows = profiles_dict(profiles)
@@ -270,8 +352,16 @@ def run_hw(args: argparse.Namespace) -> int:
     report = detect(measure_bandwidth=True, refresh_bandwidth=args.remeasure)
     engine = None if args.no_engine else _engine_view()
     data = hw_dict(report, engine)
+    try:
+        data["rpc_machines"] = _machines_dict()
+    except StateFileError as err:  # shown, never fatal to the report
+        data["rpc_machines"] = {"error": str(err)}
     if args.json:
         print(json.dumps(data, indent=2))
     else:
         _print_report(data, report)
+        if isinstance(data["rpc_machines"], list):
+            _print_machines(data["rpc_machines"])
+        else:
+            print(f"other machines: {data['rpc_machines']['error']}")
     return 0

@@ -101,8 +101,14 @@ def _plan_flags(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="PROFILE[@HOST:PORT]",
-        help="a remote machine running rpc-server, as a hardware profile (e.g. rtx-3090 or "
-        "'2x rtx-3090'); repeat for each; default address remoteN:50052",
+        help="a remote machine running ggml-rpc-server, as a hardware profile (e.g. rtx-3090 "
+        "or '2x rtx-3090', '32 GB' without a GPU); repeat for each; default address "
+        "remoteN:50052",
+    )
+    n.add_argument(
+        "--rpc-saved",
+        action="store_true",
+        help="also the machines remembered with ggtune hw --rpc-add (those that are on)",
     )
     n.add_argument(
         "--link-gbps", type=positive_number, default=DEFAULT_LINK_GBPS, metavar="X",
@@ -202,15 +208,22 @@ def _goal(args: argparse.Namespace, name: str) -> Goal:
 
 
 def _rpc_hosts(args: argparse.Namespace) -> tuple[RpcHost, ...]:
-    """Return the ``--rpc-host PROFILE[@HOST:PORT]`` machines (remoteN:50052 unnamed)."""
-    from app.hardware.devices import Device
-    from app.hardware.profiles import compose
+    """Return the ``--rpc-host PROFILE[@HOST:PORT]`` machines (remoteN:50052 unnamed), then
+    with ``--rpc-saved`` the remembered ones that are on (``ggtune hw --rpc-add``)."""
+    from app.planning.machines import RemoteMachine, parse_machine, saved_hosts
 
     hosts = []
     for i, text in enumerate(getattr(args, "rpc_host", None) or [], start=1):
-        profile, _, endpoint = text.rpartition("@") if "@" in text else (text, "", "")
-        hw = compose(profile, default_host=Device("CPU", "host"))
-        hosts.append(RpcHost(hw, endpoint or f"remote{i}:{DEFAULT_RPC_PORT}", label=profile))
+        if "@" in text:
+            machine = parse_machine(text)
+        else:
+            machine = RemoteMachine(f"remote{i}:{DEFAULT_RPC_PORT}", text)
+        hosts.append(machine.host())
+    if getattr(args, "rpc_saved", False):
+        saved = saved_hosts()
+        if not saved:
+            raise GGTuneError("--rpc-saved: no machine is remembered and on (ggtune hw --rpc-list)")
+        hosts.extend(saved)
     return tuple(hosts)
 
 
