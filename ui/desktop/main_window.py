@@ -32,7 +32,8 @@ from PySide6.QtWidgets import (
 
 from app.hardware.devices import Hardware
 from ui.desktop.banner import MessageBanner
-from ui.desktop.compare.panel import CompareController, ComparePanel
+from ui.desktop.compare.controller import CompareController
+from ui.desktop.compare.panel import ComparePanel
 from ui.desktop.estimate_controller import EstimateController
 from ui.desktop.explain_panel import ExplainPanel
 from ui.desktop.export_panel import ExportController, ExportPanel
@@ -40,10 +41,13 @@ from ui.desktop.hardware import HardwareController
 from ui.desktop.hardware_panel import HardwarePanel
 from ui.desktop.memory_view import MemoryPanel
 from ui.desktop.model_card import LoadedModel
-from ui.desktop.models.panel import ModelController, ModelFailure, ModelsPanel
+from ui.desktop.models.controller import ModelController
+from ui.desktop.models.entries import ModelFailure
+from ui.desktop.models.panel import ModelsPanel
 from ui.desktop.recommend_panel import RecommendController, RecommendPanel
 from ui.desktop.settings_panel import SettingsPanel
-from ui.desktop.verify.panel import VerifyController, VerifyPanel
+from ui.desktop.verify.controller import VerifyController
+from ui.desktop.verify.panel import VerifyPanel
 
 GEOMETRY_KEY: Final = "window/geometry"
 STATE_KEY: Final = "window/state"

@@ -45,7 +45,7 @@ from app.planning.words import fmt_ctx
 from app.predict.speed import SpeedFactors
 from app.units import GIB, format_bytes, format_tps
 from ui.desktop.banner import MessageBanner
-from ui.desktop.compare.panel import compare_options
+from ui.desktop.compare.rows import compare_options
 from ui.desktop.estimate_controller import EstimateController
 from ui.desktop.jobs import LatestJob
 from ui.desktop.model_card import describe_error

@@ -100,7 +100,7 @@ def _estimate_and_dry_run(window: MainWindow, stage: dict[str, str], finish: _Fi
 
 
 def _on_dry_run_done(result: object, finish: _Finish) -> None:
-    from ui.desktop.verify.panel import VerifyResult
+    from ui.desktop.verify.rows import VerifyResult
 
     assert isinstance(result, VerifyResult), "VerifyController.finished carries a VerifyResult"
     _say(f"dry run ok: {result.summary}")

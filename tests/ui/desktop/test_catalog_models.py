@@ -30,14 +30,10 @@ from ui.desktop.estimate_controller import fit_settings, simulate_level
 from ui.desktop.export_panel import placeholder_note
 from ui.desktop.main_window import MainWindow
 from ui.desktop.model_card import CATALOG_NO_FILE, CatalogSummary, LoadedModel, load_model
-from ui.desktop.models.panel import (
-    CATALOG_TITLE,
-    LAST_KEY,
-    ModelController,
-    ModelFailure,
-    ModelsPanel,
-)
-from ui.desktop.verify.panel import EngineFailure
+from ui.desktop.models.controller import ModelController
+from ui.desktop.models.entries import CATALOG_TITLE, LAST_KEY, ModelFailure
+from ui.desktop.models.panel import ModelsPanel
+from ui.desktop.verify.rows import EngineFailure
 
 SEVENTY_B = "catalog:llama-3.1-70b"
 TIMEOUT_MS = 30_000

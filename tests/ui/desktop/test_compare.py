@@ -26,7 +26,8 @@ from app.sources.hf import list_repo, read_models
 from app.units import speed_depth
 from tests.fake_hub import REPO, FakeHub
 from tests.ui.desktop.test_main_window import TEST_HARDWARE, make_window
-from ui.desktop.compare.panel import CompareTableModel, compare_table
+from ui.desktop.compare.rows import compare_table
+from ui.desktop.compare.table import CompareTableModel
 from ui.desktop.main_window import MainWindow
 from ui.desktop.speed import SPEED_PROMPT_TOKENS, USERS_MIN_TOK_PER_S, users_goal
 
@@ -139,7 +140,7 @@ def test_compare_failure_is_a_banner_not_a_traceback(
     def broken(*_args: object) -> None:
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr("ui.desktop.compare.panel.compare_rows", broken)
+    monkeypatch.setattr("ui.desktop.compare.rows.compare_rows", broken)
     with qtbot.waitSignal(window.compare.failed, timeout=RESULT_TIMEOUT_MS):
         window.estimates.update(n_ctx=8192)
     banner = window.compare_panel.banner

@@ -18,13 +18,10 @@ from app.predict.estimate import estimate
 from app.settings import Settings
 from ui.desktop.memory_view import COMPONENTS, MemoryTableModel
 from ui.desktop.model_card import LoadedModel, load_model
-from ui.desktop.models.panel import (
-    DEMO_ENTRY,
-    SEARCH_ROLE,
-    ModelListModel,
-    entry_for,
-)
-from ui.desktop.verify.panel import ComparisonRow, ComparisonTableModel
+from ui.desktop.models.entries import DEMO_ENTRY, entry_for
+from ui.desktop.models.items import SEARCH_ROLE, ModelListModel
+from ui.desktop.verify.rows import ComparisonRow
+from ui.desktop.verify.tables import ComparisonTableModel
 
 GIB = 1024**3
 MIB = 1024**2

@@ -26,7 +26,8 @@ from app.sources.library import (
     scan_library,
     user_folders,
 )
-from ui.desktop.models.panel import ModelController, ModelsPanel
+from ui.desktop.models.controller import ModelController
+from ui.desktop.models.panel import ModelsPanel
 
 MODEL_MEDIA = "application/vnd.ollama.image.model"
 SCAN_TIMEOUT_MS = 30_000

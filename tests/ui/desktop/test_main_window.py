@@ -26,7 +26,7 @@ from app.settings import runner_defaults
 from ui.desktop.estimate_controller import fit_settings
 from ui.desktop.main_window import MainWindow
 from ui.desktop.memory_view import COMPONENTS
-from ui.desktop.models.panel import DEMO_ENTRY, ModelEntry
+from ui.desktop.models.entries import DEMO_ENTRY, ModelEntry
 
 GIB = 1024**3
 LOAD_TIMEOUT_MS = 60_000

@@ -82,7 +82,7 @@ def test_compare_rows_follow_the_same_plan(qtbot: QtBot, qsettings: QSettings) -
     Compare tab picked 'the most GPU layers that fit' while the verdict ignored fitting)."""
     from app.planning.options import quant_options
     from app.predict.speed import SpeedFactors
-    from ui.desktop.compare.panel import compare_table, runner_choice
+    from ui.desktop.compare.rows import compare_table, runner_choice
 
     window = make_window(qtbot, qsettings)
     _with_gpu(window, 1.7)

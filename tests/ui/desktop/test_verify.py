@@ -21,7 +21,7 @@ from app.hardware.devices import Hardware
 from app.measured.bench_result import BenchPlan
 from app.measured.results_db import ResultsDB, quick_file_hash
 from ui.desktop.main_window import MainWindow
-from ui.desktop.verify.panel import ComparisonRow, SpeedRow
+from ui.desktop.verify.rows import ComparisonRow, SpeedRow
 
 pytestmark = pytest.mark.engine
 
