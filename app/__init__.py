@@ -14,11 +14,12 @@ the order: a package imports only those below it):
   keep without trusting them; the run settings in llama.cpp's terms.
 - :mod:`app.model` and :mod:`app.hardware` (independent of each other): what a model is
   (GGUF header, spec, catalog, quant levels, quality) and what it runs on (devices,
-  profiles, the probe of this machine).
+  profiles, the probes of this machine).
 - :mod:`app.predict`: memory estimate, speed model, verdict.
 - :mod:`app.export`: settings in each runner's format.
-- :mod:`app.sources`: where models come from (library, Hugging Face, remote files, Ollama's
-  API, the demo models).
+- :mod:`app.sources`: what a model name means and reading it; where models come from
+  (library, Hugging Face, remote files, Ollama's API, the demo models).
 - :mod:`app.measured`: what the real engine reported and measured, and the fit to it.
-- :mod:`app.planning`: the planner, Compare rows, Explain.
+- :mod:`app.planning`: quant options, goals, the planner's search and words, Compare rows,
+  Explain, and each runner's own fitting.
 """

@@ -1,9 +1,10 @@
 """The Compare tab: every quant level of the open model (or of a Hugging Face repo) side by
 side, as a table and a chart, and what to do about the selected row.
 
-:class:`ComparePanel` shows the rows :class:`~ui.desktop.compare.controller.
-CompareController` works out (:mod:`ui.desktop.compare.rows`, exactly as ``ggtune compare``
-does, each quant as the runner chosen would run it) in
+:class:`ComparePanel` shows the rows that
+:class:`~ui.desktop.compare.controller.CompareController` works out
+(:mod:`ui.desktop.compare.rows`, exactly as ``ggtune compare`` does, each quant as the
+runner chosen would run it) in
 :class:`~ui.desktop.compare.table.CompareTableModel` and
 :class:`~ui.desktop.compare.chart.CompareChartWidget`. A Hugging Face repo typed into the
 tab is listed and every quant file's header read over HTTP on the pool (nothing
