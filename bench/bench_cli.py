@@ -6,7 +6,8 @@ from process start to exit, on the demo model (Gemma 3 270M).
 Run: ``.venv/bin/python -m bench.bench_cli [--runs N]`` (after ``python3 tasks.py run``
 fetched the demo model and built llama.cpp's tools). Every run is a fresh process started
 with ``subprocess.run`` and timed from just before the spawn to its exit, with bytecode
-already cached (one untimed run of each command first). In the same run, llama.cpp's own
+already cached (the sources compiled first, ``PYTHONDONTWRITEBYTECODE`` left out of the
+children's environment, and one untimed run of each command). In the same run, llama.cpp's own
 ``llama-fit-params`` (built by the set-up beside the wheel, found by
 :func:`runner.llama_tools.find_tool`) on the same model: ``-fitp on`` prints llama.cpp's
 memory estimate per device, without it the tool fits context and GPU layers; both load the
@@ -23,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import platform
 import statistics
@@ -50,12 +52,26 @@ def ggtune_command(source: Path | None = None) -> list[str]:
     return [sys.executable, "-m", "ui.entry"]
 
 
+def _env() -> dict[str, str]:
+    """The children's environment: this one, with bytecode caching on (as a user has it)."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def compile_sources(source: Path) -> None:
+    """Write the bytecode of ``source``'s packages (what a user's second run finds)."""
+    for package in ("app", "runner", "ui"):
+        compileall.compile_dir(source / package, quiet=1)
+
+
 def time_process(argv: Sequence[str]) -> float:
     """Run ``argv`` once (output discarded); return seconds from spawn to exit."""
     started = time.perf_counter()
     done = subprocess.run(
-        list(argv), cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
-    )
+        list(argv), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr[-2000:]}")
@@ -77,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     from app.sources.demo_models import ensure_demo_models
 
     model = str(ensure_demo_models().gemma)
+    compile_sources(args.source or ROOT)
     ggtune = ggtune_command(args.source)
     commands: list[tuple[str, list[str], float | None]] = [
         ("`ggtune inspect MODEL --json`", [*ggtune, "inspect", model, "--json"], TARGET_S),
