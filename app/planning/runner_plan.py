@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -189,16 +189,7 @@ def plan_runner(
     settings = requested
     if runner in ("llama-server", "lmstudio") and options.fit:
         fit_pins = pinned | ({"n_ctx"} if runner == "lmstudio" else frozenset())
-        fit = llama_fit(
-            spec,
-            requested,
-            hardware,
-            pinned=fit_pins,
-            margins_mib=margins,
-            n_ctx_min=options.fit_ctx,
-            extra=_draft_measure(draft, hardware),
-        )
-        settings = fit.settings.replace(use_mmap=requested.use_mmap)
+        fit, settings = _run_fit(spec, requested, hardware, fit_pins, margins, options, draft)
         if runner == "lmstudio":
             notes.append(
                 "LM Studio's autoFit (llm.load.llama.autoFit, on by default) is taken to be "
@@ -367,16 +358,7 @@ def _plan_ollama(
             margins = tuple(m + pad for m in options.fit_target_mib) or (pad,)
             env = (("LLAMA_ARG_FIT_TARGET", ",".join(str(m) for m in margins)),)
         fit_pins = frozenset({"n_ctx"}) | (pinned & {"n_gpu_layers"})
-        fit = llama_fit(
-            spec,
-            requested,
-            hardware,
-            pinned=fit_pins,
-            margins_mib=margins,
-            n_ctx_min=options.fit_ctx,
-            extra=_draft_measure(draft, hardware),
-        )
-        settings = fit.settings.replace(use_mmap=requested.use_mmap)
+        fit, settings = _run_fit(spec, requested, hardware, fit_pins, margins, options, draft)
         cache_ram, checkpoints = _server_extras("ollama", options)
         plan = _finish(
             spec,
@@ -412,6 +394,29 @@ def _plan_ollama(
             f"at {lower} (server/sched.go reduceAutoNumCtxForLoadOOM)",
         )
     return plan
+
+
+def _run_fit(
+    spec: ModelSpec,
+    requested: Settings,
+    hardware: Hardware,
+    pins: frozenset[str],
+    margins: Sequence[int],
+    options: RunnerOptions,
+    draft: ModelSpec | None,
+) -> tuple[FitResult, Settings]:
+    """Run llama.cpp's fit as the runner calls it; return it and the settings it loads
+    (the fit's dry runs load without mmap; the run keeps the requested mmap)."""
+    fit = llama_fit(
+        spec,
+        requested,
+        hardware,
+        pinned=pins,
+        margins_mib=margins,
+        n_ctx_min=options.fit_ctx,
+        extra=_draft_measure(draft, hardware),
+    )
+    return fit, fit.settings.replace(use_mmap=requested.use_mmap)
 
 
 def _load_fails(plan: RunnerPlan) -> bool:

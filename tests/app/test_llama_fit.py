@@ -22,18 +22,19 @@ GIB = 1024**3
 MIB = 1024**2
 
 
-def _spec(name: str, quant: str = "Q4_K_M") -> ModelSpec:
+def catalog_spec(name: str, quant: str = "Q4_K_M") -> ModelSpec:
+    """Return a catalog model at ``quant`` (simulated: no file needed)."""
     return simulate_quant(model_spec(catalog_header(name)), quant).spec
 
 
 @pytest.fixture(scope="module")
 def dense() -> ModelSpec:
-    return _spec("llama-3.1-8b")
+    return catalog_spec("llama-3.1-8b")
 
 
 @pytest.fixture(scope="module")
 def moe() -> ModelSpec:
-    return _spec("qwen3-30b-a3b")
+    return catalog_spec("qwen3-30b-a3b")
 
 
 def _server(**changes: object) -> Settings:

@@ -10,10 +10,8 @@ from __future__ import annotations
 import pytest
 
 from app.hardware.devices import Device, Hardware
-from app.model.catalog import catalog_header
 from app.model.projector import Projector
-from app.model.quant import simulate_quant
-from app.model.spec import ModelSpec, model_spec
+from app.model.spec import ModelSpec
 from app.planning.runner_plan import (
     DEFAULT_CACHE_RAM_MIB,
     RunnerOptions,
@@ -24,23 +22,20 @@ from app.planning.runner_plan import (
 )
 from app.predict.verdict import verdict
 from app.settings import Settings
+from tests.app.test_llama_fit import catalog_spec
 
 GIB = 1024**3
 MIB = 1024**2
 
 
-def _spec(name: str, quant: str = "Q4_K_M") -> ModelSpec:
-    return simulate_quant(model_spec(catalog_header(name)), quant).spec
-
-
 @pytest.fixture(scope="module")
 def llama8b() -> ModelSpec:
-    return _spec("llama-3.1-8b")
+    return catalog_spec("llama-3.1-8b")
 
 
 @pytest.fixture(scope="module")
 def gemma27b_q8() -> ModelSpec:
-    return _spec("gemma-3-27b", "Q8_0")
+    return catalog_spec("gemma-3-27b", "Q8_0")
 
 
 def _machine(gpu_gib: float, ram_gib: float) -> Hardware:
@@ -82,7 +77,7 @@ def test_ollama_runs_llama_server_with_c_times_np_and_no_unified_cache(llama8b: 
 
 
 def test_ollama_caps_num_ctx_at_the_training_context() -> None:
-    spec = _spec("gemma-3-270m")  # 32768 tokens of training context
+    spec = catalog_spec("gemma-3-270m")  # 32768 tokens of training context
     plan = plan_runner(spec, "ollama", _machine(48, 64))  # the 262144 tier
     assert plan.settings.n_ctx == spec.n_ctx_train
     assert any("caps num_ctx" in n for n in plan.notes)
@@ -142,7 +137,7 @@ def test_ollama_retries_a_load_that_runs_out_of_memory_at_a_lower_context() -> N
     # 4 x 12 GiB: the 262144 tier, capped at the 70B's 131072; at that context fit leaves
     # more layers to the host than its 16 GiB hold, so Ollama's one retry at 32768
     # (server/sched.go reduceAutoNumCtxForLoadOOM) is what runs
-    spec = _spec("llama-3.1-70b")
+    spec = catalog_spec("llama-3.1-70b")
     plan = plan_runner(spec, "ollama", Hardware.with_gpus([12 * GIB] * 4, ram_bytes=16 * GIB))
     assert plan.settings.n_ctx == 32768
     assert any("retries once at 32768" in n for n in plan.notes)
