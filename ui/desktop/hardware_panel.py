@@ -64,6 +64,7 @@ from app.hardware.report import HardwareReport
 from app.units import format_bytes
 from ui.desktop.hardware import HardwareController, describe_hardware
 from ui.desktop.jobs import run_job
+from ui.desktop.machines.panel import MachinesBox, MachinesController
 from ui.desktop.model_card import describe_error
 from ui.desktop.record_table import RIGHT, RecordTableModel
 
@@ -259,7 +260,8 @@ class HardwarePanel(QWidget):
     ``probe`` is the detection run on the pool (default :func:`app.hardware.probe.detect`);
     ``builtin_dir``/``user_dir`` where profiles are read and custom ones written (defaults:
     ggtune's and the user config folder's). ``confirm(parent, title, text) -> bool`` asks
-    before a custom profile file is replaced; tests replace it.
+    before a custom profile file is replaced; tests replace it. ``machines``: the other
+    machines lent over RPC, listed beside this one (:mod:`ui.desktop.machines.panel`).
     """
 
     report_ready = Signal(object)
@@ -273,6 +275,7 @@ class HardwarePanel(QWidget):
         probe: Callable[[], HardwareReport] = detect,
         builtin_dir: Path | None = None,
         user_dir: Path | None = None,
+        machines: MachinesController | None = None,
     ) -> None:
         super().__init__(parent)
         self._hardware = hardware
@@ -299,6 +302,9 @@ class HardwarePanel(QWidget):
         self.planned_label.setAccessibleName("Planning for")
         layout.addWidget(self.planned_label)
         layout.addWidget(self._build_detected())
+        self.machines_box = None if machines is None else MachinesBox(machines)
+        if self.machines_box is not None:
+            layout.addWidget(self.machines_box)
         layout.addWidget(self._build_profiles(), 1)
         layout.addWidget(self._build_composition())
         layout.addWidget(self._build_editor())

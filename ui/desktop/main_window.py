@@ -8,6 +8,7 @@ in ``QSettings`` with the recent files).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Final
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
@@ -39,6 +40,7 @@ from ui.desktop.explain_panel import ExplainPanel
 from ui.desktop.export_panel import ExportController, ExportPanel
 from ui.desktop.hardware import HardwareController
 from ui.desktop.hardware_panel import HardwarePanel
+from ui.desktop.machines.panel import MachinesController
 from ui.desktop.memory_view import MemoryPanel
 from ui.desktop.model_card import LoadedModel
 from ui.desktop.models.controller import ModelController
@@ -69,9 +71,17 @@ class MainWindow(QMainWindow):
 
     ``settings`` keeps recent files and the window state; tests pass a file of their own.
     ``detect_hardware`` False skips probing this machine (tests plan for fixed hardware).
+    ``machines_file``: where the other machines lent over RPC are kept (default the user
+    config folder's ``rpc_machines.json``).
     """
 
-    def __init__(self, settings: QSettings, *, detect_hardware: bool = True) -> None:
+    def __init__(
+        self,
+        settings: QSettings,
+        *,
+        detect_hardware: bool = True,
+        machines_file: Path | None = None,
+    ) -> None:
         super().__init__()
         self._settings = settings
         self.setWindowTitle("ggtune")
@@ -79,6 +89,7 @@ class MainWindow(QMainWindow):
         self.setDockNestingEnabled(False)
 
         self.hardware = HardwareController(self)
+        self.machines = MachinesController(self, path=machines_file)
         self.models = ModelController(settings, self)
         self.estimates = EstimateController(self.hardware.choice, self)
         self.verify = VerifyController(self)
@@ -104,7 +115,7 @@ class MainWindow(QMainWindow):
         self.compare = CompareController(self.estimates, speed, self)
         self.compare_panel = ComparePanel(self.compare, self.estimates)
         self.compare_panel.downloads.finished.connect(self._on_compare_download_finished)
-        self.recommender = RecommendController(self.estimates, speed, self)
+        self.recommender = RecommendController(self.estimates, speed, self, machines=self.machines)
         self.recommend_panel = RecommendPanel(self.recommender)
         self.tabs.addTab(self.compare_panel, "Compare")
         self.tabs.addTab(self.recommend_panel, "Recommend")
@@ -113,7 +124,7 @@ class MainWindow(QMainWindow):
         tip(self.tabs.indexOf(self.recommend_panel), "Settings for what matters to you (Ctrl+4)")
         self.exports = ExportController(self.estimates, self)
         self.export_panel = ExportPanel(self.exports)
-        self.hardware_panel = HardwarePanel(self.hardware)
+        self.hardware_panel = HardwarePanel(self.hardware, machines=self.machines)
         self.tabs.addTab(self.export_panel, "Export")
         self.explain_panel = ExplainPanel(self.estimates, lambda: speed.factors)
         self.tabs.addTab(self.explain_panel, "Explain")

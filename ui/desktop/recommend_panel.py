@@ -14,6 +14,7 @@ that level in the Settings panel's Quantization combo
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from dataclasses import dataclass
 from typing import Final
 
@@ -39,15 +40,17 @@ from PySide6.QtWidgets import (
 from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
 from app.planning.goals import Candidate, Goal, GoalName, Recommendation
+from app.planning.machines import RemoteMachine
 from app.planning.options import DEFAULT_MAX_KLD, QuantOption, own_quant_name, quant_options
-from app.planning.planner import recommend
-from app.planning.words import fmt_ctx
+from app.planning.planner import recommend, server_argv
+from app.planning.words import RPC_SECURITY_NOTE, fmt_ctx
 from app.predict.speed import SpeedFactors
 from app.units import GIB, format_bytes, format_tps
 from ui.desktop.banner import MessageBanner
 from ui.desktop.compare.rows import compare_options
 from ui.desktop.estimate_controller import EstimateController
 from ui.desktop.jobs import LatestJob
+from ui.desktop.machines.panel import MachinesController
 from ui.desktop.model_card import describe_error
 from ui.desktop.speed import SpeedController, model_file_bytes
 
@@ -76,6 +79,9 @@ class GoalForm:
     leave_free_gib: float = 0.0
     any_quant: bool = False
     only_open_file: bool = False
+    use_machines: bool = True
+    """Also plan over the other machines that are on (the Hardware tab), as
+    ``--rpc-saved``."""
 
     def goal(self, margin_bytes: int) -> Goal:
         """Return the planner's goal (raises PlanError on nonsense, e.g. 0 users)."""
@@ -109,6 +115,30 @@ def plan(
 ) -> Recommendation:
     """Run the planner (pure; seconds for a large model, so call it on the pool)."""
     return recommend(spec, hardware, goal, options=options, factors=factors)
+
+
+def pooled_commands(outcome: RecommendOutcome) -> str:
+    """Return, for a plan over several machines, each machine's share and the commands that
+    start it: ``ggml-rpc-server`` on each remote, ``llama-server --rpc …`` here."""
+    rec = outcome.recommendation
+    rpc = rec.rpc
+    if rpc is None or rec.best is None:
+        return ""
+    lines = ["Each machine's share:"]
+    for m in rpc.machines:
+        cap = f" of {format_bytes(m.capacity_bytes)}" if m.capacity_bytes else ""
+        what = f" ({m.label})" if m.label else ""
+        load = f"; loading sends it {format_bytes(m.load_bytes)}" if m.load_bytes else ""
+        lines.append(
+            f"  {m.machine}{what}: {m.n_layers} layers, {format_bytes(m.total_bytes)}{cap}{load}"
+        )
+    lines.append("On each other machine:")
+    for host, argv in zip(rpc.hosts, rpc.remote_commands, strict=True):
+        lines.append(f"  {host.endpoint}:  {shlex.join(argv)}")
+    lines.append("On this machine:")
+    lines.append(f"  {shlex.join(server_argv(outcome.model_path, rec))}")
+    lines.append(RPC_SECURITY_NOTE)
+    return "\n".join(lines)
 
 
 def settings_summary(c: Candidate) -> str:
@@ -166,10 +196,13 @@ class RecommendController(QObject):
         estimates: EstimateController,
         speed: SpeedController,
         parent: QObject | None = None,
+        *,
+        machines: MachinesController | None = None,
     ) -> None:
         super().__init__(parent)
         self._estimates = estimates
         self._speed = speed
+        self.machines = machines
         self._options: dict[tuple[str, bool], tuple[QuantOption, ...]] = {}
         self._outcome: RecommendOutcome | None = None
         self._job = LatestJob(0, self._on_job_done, self._on_job_failed, self)
@@ -200,6 +233,8 @@ class RecommendController(QObject):
             return
         spec = model.spec
         hardware = state.hardware.hardware
+        if form.use_machines and self.machines is not None:
+            goal = dataclasses.replace(goal, rpc_hosts=self.machines.hosts())
         factors = self._speed.factors
         key = (spec.path, form.only_open_file)
         known = self._options.get(key)
@@ -231,6 +266,8 @@ class RecommendController(QObject):
         if outcome.model_path != model.spec.path:
             return None
         best = outcome.recommendation.best
+        if outcome.recommendation.rpc is not None:
+            return None  # a plan over several machines runs from its commands
         simulated = not best.quant.on_disk and best.quant.name != outcome.open_quant
         self._estimates.set_quant(best.quant.name if simulated else None)
         self._estimates.update(**dataclasses.asdict(best.settings))
@@ -323,6 +360,18 @@ class RecommendPanel(QWidget):
         self.only_file = QCheckBox("Only the open model's own quant")
         self.only_file.setToolTip("Do not suggest other quant levels")
         form.addRow("", self.only_file)
+        self.use_machines = QCheckBox("Also my other machines")
+        self.use_machines.setChecked(True)
+        self.use_machines.setToolTip(
+            "Plan across this machine and the other machines that are on in the Hardware tab "
+            "(llama.cpp's RPC backend)"
+        )
+        form.addRow("", self.use_machines)
+        if controller.machines is not None:
+            controller.machines.changed.connect(self._on_machines_changed)
+            self._on_machines_changed(controller.machines.machines)
+        else:
+            self.use_machines.setVisible(False)
         buttons = QHBoxLayout()
         self.run_button = QPushButton("&Recommend")
         self.run_button.setDefault(True)
@@ -362,6 +411,13 @@ class RecommendPanel(QWidget):
         self.runner_up_label.setAccessibleName("Runner-up")
         self.runner_up_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         result.addWidget(self.runner_up_label)
+        self.machines_label = QLabel()
+        self.machines_label.setWordWrap(True)
+        self.machines_label.setAccessibleName("Commands for each machine")
+        self.machines_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.machines_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.machines_label.setVisible(False)
+        result.addWidget(self.machines_label)
         apply_row = QHBoxLayout()
         self.apply_button = QPushButton("&Apply to the sliders")
         self.apply_button.setEnabled(False)
@@ -425,6 +481,7 @@ class RecommendPanel(QWidget):
             leave_free_gib=self.leave_free.value(),
             any_quant=self.any_quant.isChecked(),
             only_open_file=self.only_file.isChecked(),
+            use_machines=self.use_machines.isChecked(),
         )
 
     def set_form(self, form: GoalForm) -> None:
@@ -437,6 +494,12 @@ class RecommendPanel(QWidget):
         self.leave_free.setValue(form.leave_free_gib)
         self.any_quant.setChecked(form.any_quant)
         self.only_file.setChecked(form.only_open_file)
+        self.use_machines.setChecked(form.use_machines)
+
+    def _on_machines_changed(self, machines: tuple[RemoteMachine, ...]) -> None:
+        on = sum(1 for m in machines if m.enabled)
+        self.use_machines.setText(f"Also my other machines ({on} on, Hardware tab)")
+        self.use_machines.setEnabled(on > 0)
 
     def _on_goal_box_changed(self, _index: int) -> None:
         longest = self.goal_box.currentData() == "longest-context"
@@ -475,7 +538,16 @@ class RecommendPanel(QWidget):
             self.runner_up_label.setText("Runner-up: " + settings_summary(rec.runner_up))
         else:
             self.runner_up_label.setText("No runner-up: nothing else fits.")
-        self.apply_button.setEnabled(rec.best is not None)
+        pooled = rec.rpc is not None and rec.best is not None
+        self.apply_button.setEnabled(rec.best is not None and not pooled)
+        self.apply_button.setToolTip(
+            "A plan over several machines runs from the commands above; the sliders plan "
+            "this machine alone"
+            if pooled
+            else "Set the Settings panel to this plan"
+        )
+        self.machines_label.setText(pooled_commands(outcome) if pooled else "")
+        self.machines_label.setVisible(pooled)
 
     def _on_controller_failed(self, message: str) -> None:
         self.banner.show_message(message)

@@ -45,7 +45,9 @@ def held_only(est: MemoryEstimate | None) -> MemoryEstimate | None:
 
 
 def make_window(qtbot: QtBot, qsettings: QSettings, *, open_demo: bool = True) -> MainWindow:
-    window = MainWindow(qsettings, detect_hardware=False)
+    # the other machines (RPC) are kept beside the test's settings, never the user's own
+    machines = Path(qsettings.fileName()).with_name("rpc_machines.json")
+    window = MainWindow(qsettings, detect_hardware=False, machines_file=machines)
     qtbot.addWidget(window)
     window.hardware.set_hardware(TEST_HARDWARE, "Test machine: 32 GiB RAM", "profile")
     window.resize(1000, 700)
