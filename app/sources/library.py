@@ -45,6 +45,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
 from app.errors import GGTuneError, StateFileError
+from app.export.common import write_text_atomic
+from app.export.lmstudio import default_lmstudio_home
+from app.hardware.probe import local_hardware
+from app.model.gguf_reader import read_header, read_model
+from app.model.spec import model_spec
+from app.paths import cache_dir
+from app.predict.estimate import estimate
+from app.settings import ALL_LAYERS, runner_defaults
+from app.sources.demo_models import models_dir
 from app.sources.ollama_api import RunningModel
 from app.state_files import load_json
 
@@ -139,8 +148,6 @@ def default_roots(
     config_path: Path | None = None,
 ) -> LibraryRoots:
     """Return this machine's stores, as each runner locates its own."""
-    from app.export.lmstudio import default_lmstudio_home
-    from app.sources.demo_models import models_dir
 
     env = os.environ if env is None else env
     home = home or Path.home()
@@ -202,7 +209,6 @@ def add_folder(folder: str | os.PathLike[str], config_path: Path | None = None) 
     :class:`~app.errors.StateFileError` if the library file exists but cannot be read
     (it is left as it is, with the user's folders in it).
     """
-    from app.export.common import write_text_atomic
 
     target = Path(folder).expanduser().resolve()
     if not target.is_dir():
@@ -262,7 +268,6 @@ class HeaderCache:
     @staticmethod
     def default_path() -> Path:
         """Return ``<user cache dir>/library-headers.json``."""
-        from app.paths import cache_dir
 
         return cache_dir() / "library-headers.json"
 
@@ -288,7 +293,6 @@ class HeaderCache:
         """Write the cache if anything changed (atomically; errors are ignored)."""
         if self.path is None or not self._dirty:
             return
-        from app.export.common import write_text_atomic
 
         text = json.dumps({"version": _CACHE_VERSION, "entries": self._entries})
         try:
@@ -315,7 +319,6 @@ def _facts_from_json(d: Mapping[str, object]) -> _HeaderFacts:
 
 
 def _read_facts(path: str) -> _HeaderFacts:
-    from app.model.gguf_reader import read_header
 
     header = read_header(path, max_inline_array=0)
     arch = header.get("general.architecture")
@@ -628,11 +631,6 @@ def compare_with_ollama(
     hardware: Hardware | None = None,
 ) -> OllamaComparison:
     """Estimate ``model_path`` with the settings Ollama used for ``running``."""
-    from app.hardware.probe import local_hardware
-    from app.model.gguf_reader import read_model
-    from app.model.spec import model_spec
-    from app.predict.estimate import estimate
-    from app.settings import ALL_LAYERS, runner_defaults
 
     hw = hardware or local_hardware()
     spec = model_spec(read_model(model_path))
