@@ -397,7 +397,8 @@ def _variants(
     if pooled and len(gpus) > 1:
         rate = [decode_bandwidth(g) for g in gpus]
         splits.append(tuple(r / 1e9 for r in rate))  # faster devices carry more layers
-        order = sorted(range(len(gpus)), key=lambda i: -rate[i])
+        # fastest first; of equally fast ones the larger first
+        order = sorted(range(len(gpus)), key=lambda i: (-rate[i], -(gpus[i].capacity_bytes or 0)))
         for k in range(1, len(gpus)):
             keep = set(order[:k])
             splits.append(

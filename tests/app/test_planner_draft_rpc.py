@@ -390,3 +390,19 @@ def test_rpc_host_checks() -> None:
     h = RpcHost(compose("rtx-3090"), "a:50052")
     with pytest.raises(PlanError):
         Goal("fastest", rpc_hosts=(h, h))
+
+
+def test_of_two_equal_machines_the_one_that_holds_it_all_is_used() -> None:
+    # two machines without a GPU (the same CPU speed): 3 GiB and 16 GiB of RAM lent; the
+    # 8B Q4_K_M (4.6 GiB + KV) fits the larger alone, so the plan does not split it
+    spec = model_spec(catalog_header("llama-3.1-8b"))
+    q4 = _quant(spec, "Q4_K_M")
+    small = RpcHost(compose("3 GB"), "10.0.0.5:50052")
+    large = RpcHost(compose("16 GB"), "10.0.0.6:50052")
+    rec = recommend(
+        q4.spec, Hardware.cpu_only(16 * GIB), Goal("fastest", rpc_hosts=(small, large)),
+        options=(q4,),
+    )  # fmt: skip
+    assert rec.rpc is not None
+    assert [h.endpoint for h in rec.rpc.hosts] == ["10.0.0.6:50052"]
+    assert "Not used: 10.0.0.5:50052" in rec.why

@@ -103,3 +103,41 @@ def test_recommend_with_the_remembered_machines(capsys: pytest.CaptureFixture[st
              "rtx-3090@10.0.0.2:50052", "--rpc-saved"]) == 2
     )  # fmt: skip
     assert "own host:port" in capsys.readouterr().err
+
+
+def test_recommend_writes_the_scripts(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    folder = tmp_path / "scripts"
+    # Llama-3.1-8B F16 (15 GiB) needs both 12 GB cards
+    argv = [
+        "recommend", "catalog:llama-3.1-8b", "--goal", "fastest", "--ram", "16",
+        "--rpc-host", "rtx-3060-12g@192.168.1.20:50052", "--rpc-host", "rtx-3060-12g@pc.lan:50053",
+        "--no-simulate", "--no-calibrate", "--write-scripts", str(folder),
+    ]  # fmt: skip
+    assert run(argv) == 0
+    out = capsys.readouterr().out
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == [
+        "llama-server.sh", "rpc-server-192.168.1.20-50052.sh", "rpc-server-pc.lan-50053.sh",
+    ]  # fmt: skip
+    assert f"sh {folder / 'llama-server.sh'}" in out
+    first = (folder / "rpc-server-192.168.1.20-50052.sh").read_text()
+    assert first.startswith("#!/bin/sh\n")
+    assert "exec ggml-rpc-server -H 192.168.1.20 -p 50052 -c\n" in first
+    assert "no authentication or encryption" in first
+    named = (folder / "rpc-server-pc.lan-50053.sh").read_text()
+    assert "exec ggml-rpc-server -H 0.0.0.0 -p 50053 -c\n" in named  # -H takes no names
+    main = (folder / "llama-server.sh").read_text()
+    line = next(x for x in main.splitlines() if x.startswith("exec "))
+    server = shlex.split(line)[1:]
+    assert server[server.index("--rpc") + 1] == "192.168.1.20:50052,pc.lan:50053"
+    # nothing replaced unasked; --overwrite replaces
+    (folder / "llama-server.sh").write_text("mine")
+    assert run(argv) == 2
+    assert "already there" in capsys.readouterr().err
+    assert (folder / "llama-server.sh").read_text() == "mine"
+    assert run([*argv, "--overwrite", "--windows"]) == 0
+    assert (folder / "llama-server.ps1").is_file()
+    # without other machines there is nothing to write
+    assert run(["recommend", "catalog:llama-3.1-8b", "--goal", "fastest", "--ram", "16",
+                "--write-scripts", str(folder)]) == 2  # fmt: skip
+    assert "no plan over several machines" in capsys.readouterr().err

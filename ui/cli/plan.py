@@ -148,6 +148,15 @@ def register(sub: Any) -> None:
         metavar="A",
         help=f"share of drafted tokens the target accepts (default {DEFAULT_DRAFT_ACCEPTANCE:g})",
     )  # fmt: skip
+    w = r.add_argument_group("scripts for a plan over several machines")
+    w.add_argument(
+        "--write-scripts",
+        metavar="DIR",
+        help="write one ggml-rpc-server script per remote machine and the llama-server "
+        "script for this one into DIR (with --rpc-host or --rpc-saved)",
+    )
+    w.add_argument("--windows", action="store_true", help="PowerShell scripts (.ps1)")
+    w.add_argument("--overwrite", action="store_true", help="replace scripts already in DIR")
     r.set_defaults(handler=run_recommend)
 
     c = sub.add_parser("plan", help=COMMANDS["plan"].help)
@@ -472,7 +481,32 @@ def run_recommend(args: argparse.Namespace) -> int:
         print(f"\nllama-server command: {shlex.join(_server_argv(args, rec))}")
         print(f"speed: {rec.best.speed.factors_source}")
         _print_draft_rpc(args, rec)
+    if getattr(args, "write_scripts", None):
+        _write_scripts(args, rec)
     return 0 if rec.best is not None else 1
+
+
+def _write_scripts(args: argparse.Namespace, rec: Recommendation) -> None:
+    """Write the pooled plan's scripts into ``--write-scripts DIR`` (atomic, none replaced
+    unless ``--overwrite``); all are checked before the first is written."""
+    from pathlib import Path
+
+    from app.export.common import write_text_atomic
+    from app.planning.pool import pool_scripts
+
+    folder = Path(args.write_scripts)
+    scripts = pool_scripts(args.model, rec, windows=args.windows)
+    if not args.overwrite:
+        taken = [s.filename for s in scripts if (folder / s.filename).exists()]
+        if taken:
+            raise GGTuneError(f"{folder}: {', '.join(taken)} already there (--overwrite replaces)")
+    run = "powershell -File" if args.windows else "sh"
+    print(f"\nscripts in {folder}:")
+    for script in scripts:
+        path = write_text_atomic(
+            folder / script.filename, script.text, overwrite=args.overwrite, make_parents=True
+        )
+        print(f"  {run} {path}")
 
 
 def _server_argv(args: argparse.Namespace, rec: Recommendation) -> tuple[str, ...]:
