@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from app.hardware.kernels import KernelRates
+
 DeviceKind = Literal["gpu", "host"]
 
 
@@ -35,6 +37,9 @@ class Device:
     """An RPC device that is another machine's CPU and RAM (``ggml-rpc-server`` offers its
     CPU when the machine has no GPU): llama.cpp places layers on it as on a GPU, but it
     runs at CPU speed."""
+    kernels: KernelRates | None = None
+    """For the host: what llama.cpp's CPU kernels cost here, measured
+    (:mod:`app.hardware.kernels`); the speed model prices the CPU's work with them."""
 
     @property
     def buffer_name(self) -> str:

@@ -39,10 +39,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.hardware.apple import probe_apple
-from app.hardware.bandwidth import host_bandwidth
+from app.hardware.bandwidth import host_bandwidth, machine_key
 from app.hardware.devices import Hardware
 from app.hardware.drm import drm_gpus, probe_drm
 from app.hardware.host import host_cpu_flags, probe_host
+from app.hardware.kernels import cached_rates
 from app.hardware.nvidia import probe_nvidia
 from app.hardware.report import (
     PROBE_TIMEOUT_S,
@@ -223,11 +224,27 @@ def detect(
         c.statuses.append(ProbeStatus("profiles", "none", "not read: no GPU lacks their figures"))
     elif read[0] is not None:
         c.statuses.append(ProbeStatus("profiles", "ok", f"{len(read[0])} built-in profiles"))
+    kernels = None
+    if host is not None:
+        kernels = cached_rates(
+            machine_key(host), host.physical_cores or host.logical_cores or 1, cache_dir=cache_dir
+        )
+    if kernels is not None:
+        detail = (
+            f"{len(kernels.types())} weight types at {kernels.n_threads} thread(s), "
+            f"measured {kernels.measured_at[:10]}"
+        )
+        c.statuses.append(ProbeStatus("cpu kernels", "ok", detail))
+    else:
+        c.statuses.append(
+            ProbeStatus("cpu kernels", "unknown", "not timed yet (a benchmark times them)")
+        )
     return HardwareReport(
         host=host,
         gpus=with_figures,
         host_bandwidth=bandwidth,
         statuses=tuple(c.statuses),
+        host_kernels=kernels,
     )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
 from app.hardware.devices import Device, Hardware
+from app.hardware.kernels import KernelRates
 from app.units import MIB
 
 T = TypeVar("T")
@@ -203,6 +204,9 @@ class HardwareReport:
     gpus: tuple[GpuInfo, ...]
     host_bandwidth: BandwidthMeasurement | None
     statuses: tuple[ProbeStatus, ...]
+    host_kernels: KernelRates | None = None
+    """llama.cpp's CPU kernels timed on this machine at its physical core count (cached;
+    a benchmark or Verify's Users run times them)."""
 
     def status(self, probe: str) -> ProbeStatus:
         """Return the status of one probe by name (``host``, ``nvidia``, ``apple``…)."""
@@ -226,6 +230,7 @@ class HardwareReport:
             cpu_flags=h.cpu_flags if h else (),
             memory_bytes=h.ram_total_bytes if h else None,
             description=(h.cpu_model or "") if h else "",
+            kernels=self.host_kernels,
         )
         gpus = tuple(
             Device(

@@ -8,9 +8,11 @@ probes the host: blocking I/O, so the desktop calls it on the job pool.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from app.errors import GGTuneError
 from app.hardware.devices import Hardware
+from app.measured.users_result import measurements_from_users_record
 from app.model.gguf_reader import read_model
 from app.model.spec import ModelSpec, model_spec
 from app.predict.speed import SpeedFactors, SpeedMeasurement, calibrate, measurements_from_record
@@ -29,13 +31,15 @@ def machine_factors(
     from app.hardware.host import probe_host
     from app.measured.results_db import ResultsDB
 
+    plain = SpeedFactors(source=uncalibrated_source(hardware))
     try:
         db = ResultsDB(db_path) if db_path else ResultsDB()
         if not db.path.exists():
-            return SpeedFactors()
+            return plain
         runs = db.runs(limit=200)
+        users_runs = db.users_runs(limit=50)
     except (GGTuneError, OSError):
-        return SpeedFactors()
+        return plain
     host = probe_host()
     here = (
         host.cpu_model,
@@ -46,14 +50,41 @@ def machine_factors(
     )
     measurements: list[SpeedMeasurement] = []
     specs: dict[str, ModelSpec] = {}
-    for run in runs:
+    n_runs = 0
+    records = [(r.result, r.model_file, False) for r in runs]
+    records += [(r.result, r.model_file, True) for r in users_runs]
+    for result, model_file, users in records:
         try:
-            found = _measurements(run.result, run.model_file, here, hardware, specs)
+            found = _measurements(result, model_file, here, hardware, specs, users=users)
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
             continue  # a stored record that is not what a run writes: leave it out
+        n_runs += 1 if found else 0
         measurements.extend(found)
+    if not measurements:
+        return plain
     own = os.path.basename(spec.path)
-    return calibrate(measurements, model_key=own or None)
+    fitted = calibrate(measurements, model_key=own or None)
+    own_runs = sum(1 for _r, f, _u in records if f == own)
+    note = f", {own_runs} of them of this file" if own_runs else ""
+    return replace(
+        fitted,
+        source=f"calibrated on {n_runs} run(s) of this machine{note} "
+        f"({len(measurements)} measured speeds)",
+    )
+
+
+def uncalibrated_source(hardware: Hardware) -> str:
+    """Return where an uncalibrated prediction for ``hardware`` comes from, in words."""
+    rates = hardware.host.kernels
+    if rates is not None:
+        return (
+            f"not calibrated: this CPU's kernels timed at {rates.n_threads} thread(s) "
+            f"({rates.measured_at[:10]}), GPU figures from published ratios"
+            if hardware.gpus
+            else f"not calibrated: this CPU's kernels timed at {rates.n_threads} thread(s) "
+            f"({rates.measured_at[:10]})"
+        )
+    return SpeedFactors().source
 
 
 def _measurements(
@@ -62,8 +93,13 @@ def _measurements(
     here: tuple[object, ...],
     hardware: Hardware,
     specs: dict[str, ModelSpec],
+    *,
+    users: bool = False,
 ) -> list[SpeedMeasurement]:
-    """Return the measurements of one stored run if it is this machine's (else none)."""
+    """Return the measurements of one stored run if it is this machine's (else none).
+
+    Where the host's kernels price the prediction, only runs with the thread count they
+    were timed at count (a run on fewer threads says nothing about these rates)."""
     m = record.get("machine", {})
     if not isinstance(m, dict):
         raise TypeError("machine is not an object")
@@ -78,10 +114,17 @@ def _measurements(
     )
     if there != here:
         return []
+    rates = hardware.host.kernels
+    if rates is not None and record.get("n_threads") != rates.n_threads:
+        return []
     path = str(record.get("model_path", ""))
     if path not in specs:
         try:
             specs[path] = model_spec(read_model(path))
         except (GGTuneError, OSError):
             return []
+    if users:
+        return list(
+            measurements_from_users_record(record, specs[path], hardware, model_key=model_file)
+        )
     return list(measurements_from_record(record, specs[path], hardware, model_key=model_file))

@@ -50,6 +50,7 @@ from typing import Any, Final, TypeVar
 
 from app.errors import ResultsDBError
 from app.measured.bench_result import BenchResult, MachineInfo, result_to_dict
+from app.measured.users_result import Slo, UsersResult, served_users, users_to_dict
 
 T = TypeVar("T")
 
@@ -85,6 +86,27 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             result_json TEXT NOT NULL
         )""",
         "CREATE INDEX runs_model ON runs (model_hash, hardware_fingerprint)",
+    ),
+    # 1 -> 2: the multi-user load tests (runner/load_test.py)
+    (
+        """CREATE TABLE users_runs (
+            id INTEGER PRIMARY KEY,
+            created_at TEXT NOT NULL,
+            hardware_fingerprint TEXT NOT NULL,
+            hardware_json TEXT NOT NULL,
+            model_name TEXT NOT NULL,
+            model_file TEXT NOT NULL,
+            model_hash TEXT NOT NULL,
+            settings_json TEXT NOT NULL,
+            n_threads INTEGER NOT NULL,
+            engine_version TEXT NOT NULL,
+            max_users INTEGER NOT NULL,
+            served_users INTEGER NOT NULL,
+            slo_ttft_s REAL NOT NULL,
+            slo_min_tok_per_s REAL NOT NULL,
+            result_json TEXT NOT NULL
+        )""",
+        "CREATE INDEX users_runs_model ON users_runs (model_hash, hardware_fingerprint)",
     ),
 )
 """``MIGRATIONS[i]`` takes the schema from version ``i`` to ``i + 1``. Append, never edit."""
@@ -169,6 +191,20 @@ class StoredRun:
     result: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class StoredUsersRun:
+    """One stored load test: the query columns and ``result``
+    (:func:`~app.measured.users_result.users_to_dict`)."""
+
+    id: int
+    created_at: str
+    hardware_fingerprint: str
+    model_file: str
+    model_hash: str
+    served_users: int
+    result: dict[str, Any]
+
+
 def _kind_of(error: sqlite3.DatabaseError) -> str | None:
     text = str(error).lower()
     if any(w in text for w in _LOCKED_WORDS):
@@ -235,6 +271,58 @@ class ResultsDB:
         }
         sql = f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"
         return self._with_retry(lambda conn: self._insert(conn, sql, row))
+
+    def add_users(self, result: UsersResult, *, model_hash: str, slo: Slo) -> int:
+        """Store a load test in one transaction; return its id (``users_runs`` table)."""
+        summaries = result.summaries(slo)
+        row = {
+            "created_at": result.started_at,
+            "hardware_fingerprint": hardware_fingerprint(result.machine),
+            "hardware_json": json.dumps(asdict(result.machine)),
+            "model_name": result.model_name,
+            "model_file": os.path.basename(result.model_path),
+            "model_hash": model_hash,
+            "settings_json": json.dumps(asdict(result.settings)),
+            "n_threads": result.n_threads,
+            "engine_version": result.engine.engine_version,
+            "max_users": result.plan.max_users,
+            "served_users": served_users(summaries)[0],
+            "slo_ttft_s": slo.ttft_s,
+            "slo_min_tok_per_s": slo.min_tok_per_s,
+            "result_json": json.dumps(users_to_dict(result, slo)),
+        }
+        sql = (
+            f"INSERT INTO users_runs ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"
+        )
+        return self._with_retry(lambda conn: self._insert(conn, sql, row))
+
+    def users_runs(self, *, model_hash: str | None = None, limit: int = 50) -> list[StoredUsersRun]:
+        """Return stored load tests, newest first, optionally of one model."""
+        where = " WHERE model_hash = ?" if model_hash is not None else ""
+        args: tuple[object, ...] = (model_hash,) if model_hash is not None else ()
+        sql = f"SELECT * FROM users_runs{where} ORDER BY id DESC LIMIT ?"
+
+        def query(conn: sqlite3.Connection) -> list[StoredUsersRun]:
+            conn.row_factory = sqlite3.Row
+            out = []
+            for row in conn.execute(sql, (*args, limit)):
+                try:
+                    out.append(
+                        StoredUsersRun(
+                            id=_int(row["id"]),
+                            created_at=_text(row["created_at"]),
+                            hardware_fingerprint=_text(row["hardware_fingerprint"]),
+                            model_file=_text(row["model_file"]),
+                            model_hash=_text(row["model_hash"]),
+                            served_users=_int(row["served_users"]),
+                            result=_dict(row["result_json"]),
+                        )
+                    )
+                except (ValueError, TypeError, KeyError, RecursionError):
+                    self.skipped_rows += 1
+            return out
+
+        return self._with_retry(query)
 
     def runs(
         self,

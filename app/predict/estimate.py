@@ -471,6 +471,11 @@ def _repack_types(host: Device) -> frozenset[GGMLQuantizationType]:
     return frozenset()
 
 
+def repack_type_names(host: Device) -> frozenset[str]:
+    """Return the weight types llama.cpp repacks for ``host``'s CPU (``CPU_REPACK``), by name."""
+    return frozenset(t.name for t in _repack_types(host))
+
+
 def repacked_bytes(spec: ModelSpec, host: Device) -> int:
     """Return the bytes of ``spec``'s weights llama.cpp would repack on ``host``'s CPU (into
     CPU_REPACK) if they all sat there; with mmap the mapped file keeps a second copy."""

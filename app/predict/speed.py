@@ -46,11 +46,13 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from app.hardware.devices import Device, Hardware
-from app.model.spec import ModelSpec
+from app.hardware.kernels import KernelRates
+from app.model.spec import ModelSpec, TensorSpec
 from app.predict.estimate import (
     check_cache_types,
     # the estimator's own placement, so speed and memory always agree on where tensors are
     place_layers,
+    repack_type_names,
     resolve_context,
     row_bytes,
     tensor_device,
@@ -87,6 +89,13 @@ GPU_COMPUTE_EFFICIENCY: Final = 0.8
 int8 MMQ kernels for quantized weights can beat the FP16 figure); calibrated when runs
 exist."""
 
+GPU_ATTENTION_EFFICIENCY: Final = 0.5
+"""Share of the matrix products' rate a GPU's flash attention reaches in prefill (FLOPs
+``4·n_head·head_dim`` per token per cached token): a ggtune assumption, set so that the
+published M2 Ultra prefill at 16k of depth (llama.cpp benches/mac-m2-ultra.md) comes out
+right; flash-attention kernels reach less of the peak than dense products do.
+docs/benchmarks.md has the whole published table against it."""
+
 DEFAULT_GPU_TFLOPS: Final = 20.0
 """Used when a GPU's FP16 rate is unknown."""
 
@@ -106,8 +115,12 @@ class SpeedFactors:
     rate (used when the host has no ``fp16_tflops``). ``quant_kv_attention_factor``
     multiplies the attention FLOPs when the KV cache is quantized (q8_0, q4_0 …): the CPU
     dequantizes every cell it attends to (fitted here: ~4-7× on the 2-core EPYC of
-    docs/benchmarks.md; 1 until measured). ``decode_scale``/``prefill_scale``
-    multiply predicted times for one model, fitted to that model's own runs (1 = none).
+    docs/benchmarks.md; 1 until measured). Where the host's kernels were measured
+    (:class:`~app.hardware.kernels.KernelRates`), ``host_kernel_scale``,
+    ``host_attention_scale`` and ``host_node_scale`` multiply the time of its matrix
+    products, its attention and its graph nodes (1 until calibrated).
+    ``decode_scale``/``prefill_scale`` multiply predicted times for one model, fitted to
+    that model's own runs (1 = none).
     ``source`` says where the numbers come from, in words.
     """
 
@@ -120,13 +133,125 @@ class SpeedFactors:
     gpu_compute_efficiency: float = GPU_COMPUTE_EFFICIENCY
     host_compute_gflops: float = HOST_COMPUTE_GFLOPS
     quant_kv_attention_factor: float = 1.0
+    gpu_attention_efficiency: float = GPU_ATTENTION_EFFICIENCY
+    host_kernel_scale: float = 1.0
+    host_attention_scale: float = 1.0
+    host_node_scale: float = 1.0
     decode_scale: float = 1.0
     prefill_scale: float = 1.0
     n_measurements: int = 0
-    source: str = "published ratios (docs/sources.md §5), not calibrated on this machine"
+    source: str = "not calibrated: published ratios (docs/sources.md §5)"
 
 
 # --- work per token ---------------------------------------------------------------------
+
+NODES_PER_TENSOR: Final = 2
+NODES_PER_LAYER: Final = 13
+NODES_WITHOUT_FLASH_ATTN: Final = 5
+NODES_OUTSIDE_LAYERS: Final = 8
+"""Compute nodes of llama.cpp's graph: per layer about two per weight tensor (the product or
+multiply, and what joins it: norms, adds, ropes) plus 13 (attention, cache copies,
+residuals), five more without flash attention (the explicit KQ, softmax, KQV), and about
+eight outside the layers. Fitted to the counts llama.cpp logs (``sched_reserve: graph:
+nodes = N``): SmolLM2-135M 936 (938 counted) and 1,086 without flash attention (1,088),
+Gemma 3 270M 727 (710) and 817 (800)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KernelWork:
+    """The host's share of one graph, in the units this CPU's measured kernels are priced
+    in (:class:`~app.hardware.kernels.KernelRates`).
+
+    ``dense``: (weight type, row length, weights) multiplied by every token of a step
+    (attention, FFN, shared experts); ``experts``: (type, row length, weights of all
+    routed experts); ``output``: the same for the output head, multiplied by each token
+    that needs logits. ``attn_full``/``attn_swa``: Σ ``n_head · head_dim`` over the
+    full-attention and sliding-window layers (work per query token per cached token);
+    ``attn_kv_full``/``attn_kv_swa`` the same with KV heads (what is read without flash
+    attention); ``n_nodes`` the graph's compute nodes on the host.
+    """
+
+    dense: tuple[tuple[str, int, float], ...]
+    experts: tuple[tuple[str, int, float], ...]
+    output: tuple[tuple[str, int, float], ...]
+    attn_full: float
+    attn_swa: float
+    attn_kv_full: float
+    attn_kv_swa: float
+    head_dim: int
+    group: float
+    n_nodes: int
+    kv_type: str
+    flash_attn: bool
+    rates: KernelRates
+
+
+@dataclass(frozen=True, slots=True)
+class KernelNeeds:
+    """What the host's kernels must have been timed for to price ``spec`` on it: (weight
+    type, row length) pairs, (cache type, head size) pairs of its attention, and the types
+    this CPU repacks."""
+
+    shapes: frozenset[tuple[str, int]]
+    attention: frozenset[tuple[str, int]]
+    repack: frozenset[str]
+
+    @property
+    def types(self) -> frozenset[str]:
+        """The weight types alone."""
+        return frozenset(t for t, _cols in self.shapes)
+
+    def missing(self, rates: KernelRates | None) -> KernelNeeds:
+        """Return the part of these needs ``rates`` does not cover."""
+        if rates is None:
+            return self
+        have = rates.shapes()
+        timed = {(a.kv_type.upper(), a.head_dim) for a in rates.attention}
+        return KernelNeeds(
+            frozenset(s for s in self.shapes if (s[0].upper(), s[1]) not in have),
+            frozenset(a for a in self.attention if a not in timed),
+            self.repack,
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.shapes or self.attention)
+
+
+def kernel_needs(spec: ModelSpec, settings: Settings, hardware: Hardware) -> KernelNeeds:
+    """Return the kernels the host must have timed for ``spec`` with ``settings``."""
+    ctx = resolve_context(spec, settings)
+    placement = place_layers(spec, settings, hardware)
+    shapes: set[tuple[str, int]] = set()
+    for t in spec.tensors:
+        on_host = tensor_device(t, placement, settings.n_cpu_moe) < 0
+        if on_host and len(t.shape) >= 2 and t.role != "token_embedding":
+            shapes.add((t.type_name.upper(), t.shape[0]))
+    if spec.tied_embeddings and placement.output_device < 0:
+        embd = next((t for t in spec.tensors if t.name == "token_embd.weight"), None)
+        if embd is not None:
+            shapes.add((embd.type_name.upper(), embd.shape[0]))
+    kv = settings.cache_type_k.upper()
+    attention: set[tuple[str, int]] = set()
+    if spec.memory_kind not in ("none", "unknown", "recurrent"):
+        for il in range(spec.n_layer):
+            if spec.is_recurrent[il] or spec.n_head_kv[il] == 0:
+                continue
+            if placement.layer_device[il] < 0 or not settings.offload_kqv:
+                head = spec.head_k_swa if spec.is_swa[il] else spec.head_k_full
+                attention.add((kv, head))
+    if attention and not ctx.flash_attn:  # K and V are then multiplied as matrices
+        shapes.update((kv, head) for _kv, head in attention)
+    return KernelNeeds(frozenset(shapes), frozenset(attention), repack_type_names(hardware.host))
+
+
+def graph_nodes(spec: ModelSpec, layers: Sequence[int], *, flash_attn: bool) -> int:
+    """Return the compute nodes of llama.cpp's graph for ``layers`` (see NODES_PER_TENSOR)."""
+    per_layer: dict[int, int] = {}
+    for t in spec.tensors:
+        if t.layer is not None:
+            per_layer[t.layer] = per_layer.get(t.layer, 0) + 1
+    extra = NODES_PER_LAYER + (0 if flash_attn else NODES_WITHOUT_FLASH_ATTN)
+    return sum(NODES_PER_TENSOR * per_layer.get(il, 0) + extra for il in layers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +281,8 @@ class DeviceWork:
     flops_per_s: float
     overhead_s: float
     kv_quantized: bool = False
+    kernels: KernelWork | None = None
+    """The host's share priced by this CPU's measured kernels (None: bandwidth model)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,8 +360,23 @@ def workload(
     def idx(dev: int) -> int:
         return host if dev < 0 else dev
 
+    dense: dict[tuple[str, int], float] = {}
+    experts: dict[tuple[str, int], float] = {}
+    output: dict[tuple[str, int], float] = {}
+
+    def add(table: dict[tuple[str, int], float], t: TensorSpec) -> None:
+        key = (t.type_name.upper(), t.shape[0])
+        table[key] = table.get(key, 0.0) + t.n_elements
+
     for t in spec.tensors:
         d = idx(tensor_device(t, placement, settings.n_cpu_moe))
+        if d == host and len(t.shape) >= 2:
+            if t.role == "expert":
+                add(experts, t)
+            elif t.role == "output":
+                add(output, t)
+            elif t.role != "token_embedding":
+                add(dense, t)
         if t.role == "token_embedding":
             rows = t.shape[1] if len(t.shape) >= 2 else 1
             weight[d] += t.n_bytes / max(rows, 1)  # one row looked up per token
@@ -258,12 +400,17 @@ def workload(
             d = idx(placement.output_device)
             weight[d] += embd.n_bytes  # the output head multiplies the whole matrix
             head_flops[d] += 2.0 * embd.n_elements
+            if d == host:
+                add(output, embd)
 
     kv_full = [0.0] * n
     kv_swa = [0.0] * n
     attn_full = [0.0] * n
     attn_swa = [0.0] * n
     state = [0.0] * n
+    # the host's attention in kernel units: Σ n_head·head_dim (and with KV heads)
+    k_attn = {"full": 0.0, "swa": 0.0, "kv_full": 0.0, "kv_swa": 0.0}
+    heads: list[int] = []
     if spec.memory_kind not in ("none", "unknown"):
         for il in range(spec.n_layer):
             d = idx(placement.layer_device[il] if settings.offload_kqv else -1)
@@ -284,10 +431,20 @@ def workload(
             else:
                 kv_full[d] += per
                 attn_full[d] += attn
+            if d == host:
+                where = "swa" if spec.is_swa[il] and spec.n_swa else "full"
+                k_attn[where] += spec.n_head[il] * head
+                k_attn["kv_" + where] += spec.n_head_kv[il] * head
+                heads.append(head)
 
     quantized_kv = settings.cache_type_k not in ("f32", "f16", "bf16") or (
         settings.cache_type_v not in ("f32", "f16", "bf16")
     )
+    host_layers = [il for il in range(spec.n_layer) if placement.layer_device[il] < 0]
+    kernels = _kernel_work(
+        spec, settings, devs[host], ctx.flash_attn, dense, experts, output, k_attn, heads,
+        host_layers, host_output=idx(placement.output_device) == host,
+    )  # fmt: skip
     works = []
     for i, dev in enumerate(devs):
         bw, flops, overhead = _rates(dev, factors)
@@ -309,6 +466,7 @@ def workload(
                 flops_per_s=flops,
                 overhead_s=overhead,
                 kv_quantized=quantized_kv,
+                kernels=kernels if i == host else None,
             )
         )
     return Workload(
@@ -318,6 +476,114 @@ def workload(
         n_expert_used=spec.n_expert_used,
         n_ubatch=ctx.n_ubatch,
     )
+
+
+def _kernel_work(
+    spec: ModelSpec,
+    settings: Settings,
+    device: Device,
+    flash_attn: bool,
+    dense: Mapping[tuple[str, int], float],
+    experts: Mapping[tuple[str, int], float],
+    output: Mapping[tuple[str, int], float],
+    attn: Mapping[str, float],
+    heads: Sequence[int],
+    host_layers: Sequence[int],
+    *,
+    host_output: bool,
+) -> KernelWork | None:
+    """Return the host's work priced by its measured kernels, or None where a type it needs
+    was not measured (then the bandwidth model prices the host)."""
+    rates = device.kernels
+    if rates is None:
+        return None
+    measured = rates.types()
+    if any(t.lower() not in measured for t, _cols in (*dense, *experts, *output)):
+        return None
+    kv_type = settings.cache_type_k.upper()
+    head_dim = max(heads) if heads else 128
+    if heads and rates.attention_ns(kv_type, head_dim, 1) is None:
+        return None
+    kv_heads = attn["kv_full"] + attn["kv_swa"]
+    group = (attn["full"] + attn["swa"]) / kv_heads if kv_heads else 1.0
+    nodes = graph_nodes(spec, host_layers, flash_attn=flash_attn)
+    if host_output:
+        nodes += NODES_OUTSIDE_LAYERS
+    return KernelWork(
+        dense=tuple((t, c, w) for (t, c), w in sorted(dense.items())),
+        experts=tuple((t, c, w) for (t, c), w in sorted(experts.items())),
+        output=tuple((t, c, w) for (t, c), w in sorted(output.items())),
+        attn_full=attn["full"],
+        attn_swa=attn["swa"],
+        attn_kv_full=attn["kv_full"],
+        attn_kv_swa=attn["kv_swa"],
+        head_dim=head_dim,
+        group=group,
+        n_nodes=nodes,
+        kv_type=kv_type,
+        flash_attn=flash_attn,
+        rates=rates,
+    )
+
+
+def kernel_graph_s(
+    k: KernelWork,
+    factors: SpeedFactors,
+    *,
+    n_tokens: int,
+    ctx_full: float,
+    ctx_swa: float,
+    n_outputs: int,
+    n_expert: int = 0,
+    n_expert_used: int = 0,
+) -> float:
+    """Return seconds for one graph of ``n_tokens`` tokens on the host, priced by its kernels.
+
+    ``ctx_full``/``ctx_swa``: Σ over the tokens of the cached tokens each attends to on
+    full-attention / sliding-window layers; ``n_outputs`` tokens need logits. Matrix
+    products cost ``weights × ns_per_weight(type, tokens sharing one read)``: every token
+    for dense weights, the tokens routed to each expert for experts (of ``n_expert``, each
+    token picks ``n_expert_used``), the outputs for the output head; attention costs
+    ``Σ n_head·head_dim × cached tokens × ns per element`` (flash attention) or the K and V
+    reads priced as products of the cache type; each graph node its synchronisation cost.
+    """
+    r = k.rates
+    t = max(1, n_tokens)
+    mm = 0.0
+    for type_name, cols, weights in k.dense:
+        mm += weights * (r.ns_per_weight(type_name, t, cols) or 0.0)
+    if n_outputs > 0:
+        for type_name, cols, weights in k.output:
+            mm += weights * (r.ns_per_weight(type_name, n_outputs, cols) or 0.0)
+    if k.experts and n_expert:
+        p = n_expert_used / n_expert
+        share = 1.0 - (1.0 - p) ** t  # expected share of the experts some token picks
+        per_expert = max(1, round(t * p / share))  # tokens each picked expert multiplies
+        for type_name, cols, weights in k.experts:
+            mm += weights * share * (r.ns_per_weight(type_name, per_expert, cols) or 0.0)
+    work = k.attn_full * ctx_full + k.attn_swa * ctx_swa
+    if k.flash_attn:
+        attn = work * (r.attention_ns(k.kv_type, k.head_dim, t) or 0.0)
+    else:
+        # KQ and KQV as products: each KV head's cells times its query rows
+        kv_work = 2.0 * (k.attn_kv_full * ctx_full + k.attn_kv_swa * ctx_swa) / t
+        rows = max(1, round(t * k.group))
+        attn = kv_work * (r.ns_per_weight(k.kv_type, rows, k.head_dim) or 0.0)
+    nodes_s = (k.n_nodes * r.node_us + r.decode_us) * 1e-6
+    return (
+        mm * 1e-9 * factors.host_kernel_scale
+        + attn * 1e-9 * factors.host_attention_scale
+        + nodes_s * factors.host_node_scale
+    )
+
+
+def _swa_sum(start: int, n: int, n_swa: int) -> float:
+    """Return Σ_{i=1..n} min(start + i, n_swa): the cells tokens start+1…start+n attend to
+    on a sliding-window layer."""
+    if n <= 0:
+        return 0.0
+    k = max(0, min(n, n_swa - start))  # tokens still inside the window
+    return k * start + k * (k + 1) / 2 + (n - k) * n_swa
 
 
 def _busy(d: DeviceWork) -> bool:
@@ -353,6 +619,19 @@ def decode_step_s(
     for d in work.devices:
         if not _busy(d):
             continue
+        if d.kernels is not None:
+            cells = depth + 1  # each token attends to the cache and to itself
+            total += kernel_graph_s(
+                d.kernels,
+                factors,
+                n_tokens=n_users,
+                ctx_full=n_users * cells,
+                ctx_swa=n_users * (min(cells, work.n_swa) if work.n_swa else cells),
+                n_outputs=n_users,
+                n_expert=work.n_expert,
+                n_expert_used=work.n_expert_used,
+            )
+            continue
         swa = min(depth, work.n_swa) if work.n_swa else depth
         kv = d.kv_bytes_per_depth * depth + d.swa_kv_bytes_per_depth * swa + d.state_bytes
         weights = d.weight_bytes + d.expert_bytes * (share - 1.0)
@@ -367,19 +646,29 @@ def decode_step_s(
 
 
 def prefill_s(
-    work: Workload, *, n_tokens: int, depth: int = 0, factors: SpeedFactors | None = None
+    work: Workload,
+    *,
+    n_tokens: int,
+    depth: int = 0,
+    factors: SpeedFactors | None = None,
+    n_seqs: int = 1,
 ) -> float:
     """Return seconds to process a prompt of ``n_tokens`` after ``depth`` cached tokens.
 
-    FLOPs (layers per token, attention over the growing context, the output head once)
-    over each device's compute rate, plus one read of each device's weights per
-    micro-batch of ``n_ubatch`` tokens.
+    With ``n_seqs`` > 1, as many users' prompts of that size go through together (one
+    batch, as a server fills it for users arriving at once), each after ``depth`` tokens
+    of its own. FLOPs (layers per token, attention over the growing context, the output
+    head once per prompt) over each device's compute rate, plus one read of each device's
+    weights per micro-batch of ``n_ubatch`` tokens; on a CPU whose kernels were measured,
+    each micro-batch is priced by them (:func:`kernel_graph_s`).
     """
     assert n_tokens >= 1, f"n_tokens must be ≥ 1, got {n_tokens}"
     assert depth >= 0, f"depth must be ≥ 0, got {depth}"
+    assert n_seqs >= 1, f"n_seqs must be ≥ 1, got {n_seqs}"
     factors = factors or SpeedFactors()
     n_ubatch = max(1, work.n_ubatch)
-    n_micro = math.ceil(n_tokens / n_ubatch)
+    total_tokens = n_tokens * n_seqs
+    n_micro = math.ceil(total_tokens / n_ubatch)
     # Σ over the prompt's tokens of the context each one attends to
     ctx_sum = n_tokens * depth + n_tokens * (n_tokens - 1) / 2
     swa_sum = ctx_sum
@@ -390,12 +679,121 @@ def prefill_s(
     for d in work.devices:
         if not _busy(d):
             continue
+        if d.kernels is not None:
+            total += _kernel_prefill_s(d.kernels, work, factors, n_tokens, depth, n_seqs)
+            continue
         attn = d.attn_flops_per_depth * ctx_sum + d.swa_attn_flops_per_depth * swa_sum
         if d.kv_quantized:
             attn *= factors.quant_kv_attention_factor
-        total += (d.layer_flops * n_tokens + d.head_flops + attn) / d.flops_per_s
+        if d.kind != "host":
+            attn /= factors.gpu_attention_efficiency
+        total += n_seqs * (d.layer_flops * n_tokens + d.head_flops + attn) / d.flops_per_s
         total += n_micro * d.all_weight_bytes / d.bandwidth_bytes_per_s
     return total * factors.prefill_scale
+
+
+def _kernel_prefill_s(
+    k: KernelWork, work: Workload, factors: SpeedFactors, n_tokens: int, depth: int, n_seqs: int
+) -> float:
+    """Price ``n_seqs`` prompts of ``n_tokens`` after ``depth`` on the host's kernels.
+
+    One prompt is cut into micro-batches of ``n_ubatch`` in order (each attends to what
+    came before it); several prompts share micro-batches, each micro-batch taking an equal
+    share of every prompt (llama.cpp's ``split_equal`` for several sequences)."""
+    n_ubatch = max(1, work.n_ubatch)
+
+    def swa(start: int, c: int) -> float:
+        if work.n_swa:
+            return _swa_sum(start, c, work.n_swa)
+        return c * start + c * (c + 1) / 2
+
+    total = 0.0
+    if n_seqs == 1:
+        for start in range(0, n_tokens, n_ubatch):
+            c = min(n_ubatch, n_tokens - start)
+            d0 = depth + start
+            total += kernel_graph_s(
+                k,
+                factors,
+                n_tokens=c,
+                ctx_full=c * d0 + c * (c + 1) / 2,
+                ctx_swa=swa(d0, c),
+                n_outputs=1 if start + c >= n_tokens else 0,
+                n_expert=work.n_expert,
+                n_expert_used=work.n_expert_used,
+            )
+        return total
+    per_ub = max(1, n_ubatch // n_seqs)  # tokens of each prompt in one micro-batch
+    for start in range(0, n_tokens, per_ub):
+        c = min(per_ub, n_tokens - start)
+        d0 = depth + start
+        total += kernel_graph_s(
+            k,
+            factors,
+            n_tokens=c * n_seqs,
+            ctx_full=n_seqs * (c * d0 + c * (c + 1) / 2),
+            ctx_swa=n_seqs * swa(d0, c),
+            n_outputs=n_seqs if start + c >= n_tokens else 0,
+            n_expert=work.n_expert,
+            n_expert_used=work.n_expert_used,
+        )
+    return total
+
+
+def batch_s(
+    work: Workload,
+    *,
+    decode_depths: Sequence[int],
+    prompt_parts: Sequence[tuple[int, int, bool]],
+    factors: SpeedFactors | None = None,
+) -> float:
+    """Return seconds for one ``llama_decode`` of a server's batch: the next token of each
+    user decoding (``decode_depths``: the tokens each has cached) and parts of prompts
+    (``(tokens, cached before them, ends the prompt)``), as continuous batching mixes them.
+
+    On a CPU priced by its kernels the batch is one graph (or several micro-batches) of all
+    its tokens; elsewhere it costs a decode step of the decoding users plus the prompts'
+    prefill (the weights read once more: an upper bound).
+    """
+    factors = factors or SpeedFactors()
+    n_dec = len(decode_depths)
+    n_new = n_dec + sum(c for c, _d, _e in prompt_parts)
+    assert n_new >= 1, "a batch needs at least one token"
+    total = 0.0
+    kernel_devices = [d for d in work.devices if d.kernels is not None and _busy(d)]
+    for d in kernel_devices:
+        assert d.kernels is not None
+        full = sum(dd + 1 for dd in decode_depths) + sum(
+            c * d0 + c * (c + 1) / 2 for c, d0, _e in prompt_parts
+        )
+        if work.n_swa:
+            swa = sum(min(dd + 1, work.n_swa) for dd in decode_depths) + sum(
+                _swa_sum(d0, c, work.n_swa) for c, d0, _e in prompt_parts
+            )
+        else:
+            swa = full
+        n_out = n_dec + sum(1 for _c, _d, ends in prompt_parts if ends)
+        n_micro = math.ceil(n_new / max(1, work.n_ubatch))
+        for _ in range(n_micro):
+            total += kernel_graph_s(
+                d.kernels,
+                factors,
+                n_tokens=math.ceil(n_new / n_micro),
+                ctx_full=full / n_micro,
+                ctx_swa=swa / n_micro,
+                n_outputs=math.ceil(n_out / n_micro),
+                n_expert=work.n_expert,
+                n_expert_used=work.n_expert_used,
+            )
+    if len(kernel_devices) == sum(1 for d in work.devices if _busy(d)):
+        return total
+    rest = dataclasses.replace(work, devices=tuple(d for d in work.devices if d.kernels is None))
+    if n_dec:
+        mean = round(sum(decode_depths) / n_dec)
+        total += decode_step_s(rest, depth=mean, n_users=n_dec, factors=factors)
+    for c, d0, _ends in prompt_parts:
+        total += prefill_s(rest, n_tokens=c, depth=d0, factors=factors)
+    return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,6 +894,10 @@ class SpeedMeasurement:
     depth: int
     tok_per_s: float
     model_key: str = ""
+    n_users: int = 1
+    """Users served together: a ``tg`` step decodes one token for each (``tok_per_s`` is
+    each user's speed); a ``pp`` test prefills that many prompts of ``n_tokens`` in one
+    batch (``tok_per_s`` is one prompt's tokens over the time)."""
 
 
 def rerate(work: Workload, hardware: Hardware, factors: SpeedFactors) -> Workload:
@@ -523,17 +925,163 @@ def predict_measurement(
     if m.kind == "tg":
         # a tg test decodes n_tokens one by one from depth: the mean step
         mid = m.depth + m.n_tokens // 2
-        return 1.0 / decode_step_s(work, depth=mid, factors=factors)
-    return m.n_tokens / prefill_s(work, n_tokens=m.n_tokens, depth=m.depth, factors=factors)
+        return 1.0 / decode_step_s(work, depth=mid, n_users=m.n_users, factors=factors)
+    return m.n_tokens / prefill_s(
+        work, n_tokens=m.n_tokens, depth=m.depth, factors=factors, n_seqs=m.n_users
+    )
+
+
+def _kernel_parts(m: SpeedMeasurement, work: Workload) -> tuple[float, float, float] | None:
+    """Return the seconds of ``m``'s test spent in the host's matrix products, attention and
+    graph nodes at unit scales, or None when the run is not priced by kernels alone."""
+    if not all(d.kernels is not None for d in work.devices if _busy(d)):
+        return None
+    size = m.n_tokens if m.kind == "pp" else 1.0
+
+    def seconds(a: float, b: float, c: float) -> float:
+        f = SpeedFactors(host_kernel_scale=a, host_attention_scale=b, host_node_scale=c)
+        return size / predict_measurement(m, f, work)
+
+    full = seconds(1.0, 1.0, 1.0)
+    return (
+        full - seconds(0.0, 1.0, 1.0),
+        full - seconds(1.0, 0.0, 1.0),
+        full - seconds(1.0, 1.0, 0.0),
+    )
+
+
+class _Works:
+    """Workloads of measurements, computed once per (spec, settings, hardware)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[int, Settings, Hardware], tuple[ModelSpec, Workload]] = {}
+
+    def of(self, m: SpeedMeasurement) -> Workload:
+        key = (id(m.spec), m.settings, m.hardware)
+        found = self._cache.get(key)
+        if found is None:
+            found = (m.spec, workload(m.spec, m.settings, m.hardware))  # the spec stays alive
+            self._cache[key] = found
+        return found[1]
+
+
+def _fit_log_scales(
+    rows: Sequence[tuple[float, float, float, float]], prior: float, iterations: int = 40
+) -> list[float]:
+    """Return scales (a, b, c) > 0 minimising Σ log²((a·x + b·y + c·z) / t) + prior·Σ log² s.
+
+    Levenberg-Marquardt on the logs of the scales (3 unknowns: the normal equations are
+    solved by Cramer's rule); starts at 1, 1, 1 (the kernels as measured).
+    """
+    u = [0.0, 0.0, 0.0]
+    damping = 1e-3
+
+    def cost(v: Sequence[float]) -> float:
+        e = [math.exp(x) for x in v]
+        total = prior * sum(x * x for x in v)
+        for x, y, z, t in rows:
+            p = e[0] * x + e[1] * y + e[2] * z
+            total += math.log(p / t) ** 2 if p > 0 else 1e9
+        return total
+
+    current = cost(u)
+    for _ in range(iterations):
+        e = [math.exp(x) for x in u]
+        jtj = [[0.0] * 3 for _ in range(3)]
+        jtr = [0.0] * 3
+        for x, y, z, t in rows:
+            parts = (e[0] * x, e[1] * y, e[2] * z)
+            p = sum(parts)
+            if p <= 0:
+                continue
+            r = math.log(p / t)
+            j = [q / p for q in parts]
+            for i in range(3):
+                jtr[i] += j[i] * r
+                for k in range(3):
+                    jtj[i][k] += j[i] * j[k]
+        for i in range(3):
+            jtr[i] += prior * u[i]
+            jtj[i][i] += prior
+        improved = False
+        while damping < 1e6:
+            a = [[jtj[i][k] + (damping * jtj[i][i] if i == k else 0.0) for k in range(3)]
+                 for i in range(3)]  # fmt: skip
+            step = _solve3(a, [-v for v in jtr])
+            trial = [u[i] + step[i] for i in range(3)]
+            c = cost(trial)
+            if c < current:
+                u, current, damping, improved = trial, c, damping / 3, True
+                break
+            damping *= 4
+        if not improved:
+            break
+    return [math.exp(x) for x in u]
+
+
+def _solve3(a: Sequence[Sequence[float]], b: Sequence[float]) -> list[float]:
+    """Solve a 3×3 linear system by Cramer's rule (zeros when it is singular)."""
+
+    def det(m: Sequence[Sequence[float]]) -> float:
+        return (
+            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+        )
+
+    d = det(a)
+    if abs(d) < 1e-300:
+        return [0.0, 0.0, 0.0]
+    out = []
+    for col in range(3):
+        m = [[b[i] if k == col else a[i][k] for k in range(3)] for i in range(3)]
+        out.append(det(m) / d)
+    return out
+
+
+def _priced_by_kernels(m: SpeedMeasurement, works: _Works | None = None) -> bool:
+    work = (works or _Works()).of(m)
+    return all(d.kernels is not None for d in work.devices if _busy(d))
+
+
+KERNEL_SCALE_PRIOR: Final = 0.002
+"""Weight of the pull of each kernel scale towards 1 (squared log), per measurement: with
+few runs the fit stays near what the kernels measured."""
+
+
+def _fit_kernels(
+    group: Sequence[SpeedMeasurement], f: SpeedFactors, works: _Works | None = None
+) -> SpeedFactors:
+    """Fit the host's kernel, attention and node scales to runs priced by its kernels.
+
+    Each test's time is ``a·products + b·attention + c·nodes`` (the parts at unit scales);
+    a, b, c minimise the squared log error of the times plus a weak pull towards 1, by
+    coordinate search on a log grid.
+    """
+    rows = []
+    works = works or _Works()
+    for m in group:
+        parts = _kernel_parts(m, works.of(m))
+        if parts is None:
+            continue
+        measured_s = (m.n_tokens if m.kind == "pp" else 1.0) / m.tok_per_s
+        rows.append((*parts, measured_s))
+    if not rows:
+        return f
+    prior = KERNEL_SCALE_PRIOR * len(rows)
+    best = _fit_log_scales(rows, prior)
+    return dataclasses.replace(
+        f, host_kernel_scale=best[0], host_attention_scale=best[1], host_node_scale=best[2]
+    )
 
 
 def _log_error(points: Sequence[tuple[float, float]]) -> float:
     return sum(math.log(p / m) ** 2 for p, m in points)
 
 
-def _single_kind(m: SpeedMeasurement) -> DeviceClass | None:
+def _single_kind(m: SpeedMeasurement, works: _Works | None = None) -> DeviceClass | None:
     """Return the kind of device that holds (almost) all the work of ``m``, if one does."""
-    work = workload(m.spec, m.settings, m.hardware)
+    work = (works or _Works()).of(m)
     total = sum(d.weight_bytes for d in work.devices) or 1.0
     for d in work.devices:
         if d.weight_bytes / total >= 0.95:
@@ -574,11 +1122,15 @@ def calibrate(
         return factors
     factors = dataclasses.replace(factors, decode_scale=1.0, prefill_scale=1.0)
     by_kind: dict[DeviceClass, list[SpeedMeasurement]] = {}
+    works = _Works()
     for m in ms:
-        kind = _single_kind(m)
+        kind = _single_kind(m, works)
         if kind is not None:
             by_kind.setdefault(kind, []).append(m)
     for kind, group in by_kind.items():
+        if kind == "host":
+            factors = _fit_kernels(group, factors, works)
+            group = [m for m in group if not _priced_by_kernels(m, works)]
         # prefill first (decode does not depend on it), then decode
         pps = [m for m in group if m.kind == "pp"]
         if pps:
@@ -700,6 +1252,8 @@ def settings_from_dict(data: Mapping[str, Any]) -> Settings:
     values = {k: v for k, v in data.items() if k in fields}
     if "tensor_split" in values:
         values["tensor_split"] = tuple(values["tensor_split"])
+    if "tensor_overrides" in values:  # JSON keeps the (pattern, buffer) pairs as lists
+        values["tensor_overrides"] = tuple(tuple(p) for p in values["tensor_overrides"])
     return Settings(**values)
 
 

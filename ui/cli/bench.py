@@ -6,6 +6,9 @@ decoding speed, time to first token and memory, stores the run in the results da
 (app/measured/results_db.py) and prints the estimate beside what was measured. Progress goes to
 stderr with a percentage; the table (or one JSON object) to stdout.
 
+``ggtune bench MODEL --users 1,2,4 [--ttft S] [--min-tps X]`` runs N users together
+instead (ui/cli/users.py): each user's speed and first token, goodput under the SLO.
+
 ``ggtune bench --history [MODEL]`` lists past runs (of that model, by its file hash).
 """
 
@@ -42,6 +45,7 @@ from ui.cli.options import (
     settings_from_args,
 )
 from ui.cli.output import EXIT_USAGE, control, print_table
+from ui.cli.users import add_users_flags, run_users
 
 
 def register(sub: Any) -> None:
@@ -87,6 +91,7 @@ def register(sub: Any) -> None:
     )
     # tests and bench/: an explicit plan "n_prompt,n_gen,depth,n_chat_prompt,repetitions"
     b.add_argument("--plan", type=_plan, default=None, help=argparse.SUPPRESS)
+    add_users_flags(p.add_argument_group("users (load test)"))
     p.set_defaults(handler=run_bench, mode=None)
 
 
@@ -290,6 +295,8 @@ def run_bench(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    if args.users:
+        return run_users(args, db)
     spec = load_model_spec(args.model)
     hardware = hardware_from_args(args)
     settings = settings_from_args(args, hardware)

@@ -112,6 +112,7 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.memory_panel, "Memory")
         self.tabs.addTab(self.verify_panel, "Verify")
         speed = self.memory_panel.speed
+        self.verify.speed_factors = lambda: speed.factors  # one figure on every tab
         self.compare = CompareController(self.estimates, speed, self)
         self.compare_panel = ComparePanel(self.compare, self.estimates)
         self.compare_panel.downloads.finished.connect(self._on_compare_download_finished)

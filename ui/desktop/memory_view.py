@@ -51,6 +51,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.planning.users import FIRST_TOKEN_PROMPT
 from app.predict.estimate import DeviceEstimate, MemoryEstimate
 from app.predict.verdict import device_label
 from app.units import format_bytes, format_mib
@@ -655,6 +656,12 @@ class MemoryPanel(QWidget):
             tip += f"; speed model: {summary.prediction.factors_source}"
         if summary.capacity is not None:
             tip += f".\n{summary.capacity.why}"
+        if summary.users is not None and summary.users.ttft_s is not None:
+            tip += (
+                f"\nWith {summary.users.n_users} arriving at once the last first token comes "
+                f"after {summary.users.ttft_s:.2f} s (predicted, {FIRST_TOKEN_PROMPT}-token "
+                "prompts); Verify's Users run measures it."
+            )
         self.speed_label.setToolTip(tip)
 
     def _on_controller_state_changed(self, state: EstimateState) -> None:

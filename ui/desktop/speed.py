@@ -23,11 +23,13 @@ from PySide6.QtCore import (
 
 from app.errors import GGTuneError
 from app.hardware.devices import Hardware
+from app.measured.users_result import Slo
 from app.model.catalog import is_catalog
 from app.model.spec import ModelSpec
 from app.planning.goals import KV_TYPES, Goal
 from app.planning.options import QuantOption, quant_options
 from app.planning.planner import Capacity, max_users
+from app.planning.users import MeasuredUsers, UsersAnswer, measured_users, users_within_slo
 from app.planning.words import fmt_ctx
 from app.predict.speed import SpeedFactors, SpeedPrediction, predict_speed
 from app.settings import Settings
@@ -37,7 +39,10 @@ from ui.desktop.hardware import HardwareChoice
 from ui.desktop.jobs import LatestJob, run_job
 from ui.desktop.model_card import describe_error
 
-USERS_MIN_TOK_PER_S: Final = 10.0
+USERS_SLO: Final = Slo()
+"""The SLO of the "N users fit" line: the load test's default (first token ≤ 2 s, ≥ 10 tok/s
+each), so Verify's Users run measures the same thing."""
+USERS_MIN_TOK_PER_S: Final = USERS_SLO.min_tok_per_s
 """The per-user speed the "users that fit" line asks for: faster than people read."""
 
 
@@ -83,6 +88,10 @@ class SpeedSummary:
     capacity: Capacity | None
     ctx_per_user: int
     error: str | None = None
+    users: UsersAnswer | None = None
+    """The users that also get their first token in time (:data:`USERS_SLO`)."""
+    measured: MeasuredUsers | None = None
+    """The newest load test of this file under the same SLO (Verify's Users run), if any."""
 
 
 def users_goal(settings: Settings, margin_bytes: int) -> Goal:
@@ -112,8 +121,17 @@ def users_capacity(
     )
 
 
+def basis_text(factors_source: str) -> str:
+    """Return where the predicted figures come from, short: "calibrated on 3 run(s) of this
+    machine" or "not calibrated" (the full source goes in the tooltip)."""
+    if factors_source.startswith("calibrated on "):
+        return factors_source.split(" (")[0]
+    return "not calibrated"
+
+
 def speed_text(summary: SpeedSummary) -> str:
-    """Return the compact speed line: writing and reading speed, first token, users."""
+    """Return the compact speed line: writing and reading speed, first token, users, and
+    whether the figures are calibrated or measured."""
     parts = []
     p = summary.prediction
     if p is not None:
@@ -127,12 +145,23 @@ def speed_text(summary: SpeedSummary) -> str:
     elif summary.capacity is None:
         parts.append("users: working out…")
     else:
-        n = summary.capacity.n_users
-        parts.append(
+        answer = summary.users
+        n = answer.n_users if answer is not None else summary.capacity.n_users
+        slo = USERS_SLO.describe() if answer is not None else f"≥ {USERS_MIN_TOK_PER_S:g} tok/s"
+        text = (
             f"{n} user{'' if n == 1 else 's'} fit{'s' if n == 1 else ''} with "
-            f"{fmt_ctx(summary.ctx_per_user)} each at ≥ {USERS_MIN_TOK_PER_S:g} tok/s"
+            f"{fmt_ctx(summary.ctx_per_user)} each ({slo}; predicted"
         )
-    return " · ".join(parts)
+        m = summary.measured
+        if m is not None:
+            text += (
+                f"; measured {m.date}: {m.served} of up to {m.tested} met it on Verify's Users run"
+            )
+        parts.append(text + ")")
+    line = " · ".join(parts)
+    if p is not None:
+        line += f" — {basis_text(p.factors_source)}"
+    return line
 
 
 class SpeedController(QObject):
@@ -157,6 +186,7 @@ class SpeedController(QObject):
         self._factors_key: tuple[str, str, Hardware] | None = None
         self._factors_serial = 0
         self._summary = SpeedSummary(None, None, 0)
+        self._measured: MeasuredUsers | None = None
         self._users_key: tuple[object, ...] | None = None
         self._users = LatestJob(
             self.USERS_DELAY_MS, self._on_users_done, self._on_users_failed, self
@@ -211,8 +241,10 @@ class SpeedController(QObject):
             state.margin_bytes,
             self._factors,
         )
-        capacity = self._summary.capacity if key == self._users_key else None
-        self._summary = SpeedSummary(prediction, capacity, ctx)
+        same = key == self._users_key
+        capacity = self._summary.capacity if same else None
+        users = self._summary.users if same else None
+        self._summary = SpeedSummary(prediction, capacity, ctx, None, users, self._measured)
         if key != self._users_key:
             self._users_key = key
             self._request_users(state)
@@ -226,14 +258,18 @@ class SpeedController(QObject):
         margin = state.margin_bytes
         factors = self._factors
 
-        def job() -> Capacity:
+        def job() -> UsersAnswer:
             (own,) = quant_options(spec, simulate=None, file_bytes=spec.weights_bytes)
-            return users_capacity(own, hardware, settings, margin, factors)
+            capacity = users_capacity(own, hardware, settings, margin, factors)
+            return users_within_slo(capacity, hardware, USERS_SLO, factors)
 
         self._users.request(job)
 
-    def _on_users_done(self, capacity: Capacity) -> None:
-        self._summary = SpeedSummary(self._summary.prediction, capacity, self._summary.ctx_per_user)
+    def _on_users_done(self, answer: UsersAnswer) -> None:
+        s = self._summary
+        self._summary = SpeedSummary(
+            s.prediction, answer.capacity, s.ctx_per_user, None, answer, self._measured
+        )
         self.speed_changed.emit(self._summary)
 
     def _on_users_failed(self, error: Exception) -> None:
@@ -251,16 +287,27 @@ class SpeedController(QObject):
         serial = self._factors_serial
         hardware = choice.hardware
         local = choice.source == "local"
+
+        def job() -> tuple[SpeedFactors, MeasuredUsers | None]:
+            factors = load_speed_factors(spec, hardware, local)
+            measured = None
+            if local and not is_catalog(spec.path):
+                measured = measured_users(spec.path, USERS_SLO)
+            return factors, measured
+
         run_job(
-            lambda: load_speed_factors(spec, hardware, local),
-            on_success=lambda f: self._on_factors_loaded(serial, f),
+            job,
+            on_success=lambda found: self._on_factors_loaded(serial, found),
             on_failure=lambda _e: None,  # load_speed_factors falls back by itself
             parent=self,
         )
 
-    def _on_factors_loaded(self, serial: int, factors: SpeedFactors) -> None:
+    def _on_factors_loaded(
+        self, serial: int, found: tuple[SpeedFactors, MeasuredUsers | None]
+    ) -> None:
         if serial != self._factors_serial:
             return
+        factors, self._measured = found
         changed = factors != self._factors
         self._factors = factors
         self.factors_changed.emit(factors)

@@ -21,6 +21,7 @@ from app.model.quant import simulate_quant
 from app.planning.compare import compare_rows, repo_rows
 from app.planning.options import COMPARE_QUANTS, quant_options
 from app.planning.planner import max_users
+from app.planning.users import users_within_slo
 from app.predict.speed import predict_speed
 from app.sources.hf import list_repo, read_models
 from app.units import speed_depth
@@ -29,7 +30,7 @@ from tests.ui.desktop.test_main_window import TEST_HARDWARE, make_window
 from ui.desktop.compare.rows import compare_table
 from ui.desktop.compare.table import CompareTableModel
 from ui.desktop.main_window import MainWindow
-from ui.desktop.speed import SPEED_PROMPT_TOKENS, USERS_MIN_TOK_PER_S, users_goal
+from ui.desktop.speed import SPEED_PROMPT_TOKENS, USERS_MIN_TOK_PER_S, USERS_SLO, users_goal
 
 RESULT_TIMEOUT_MS = 30_000
 
@@ -177,10 +178,17 @@ def test_memory_view_shows_speed_and_users(qtbot: QtBot, window: MainWindow) -> 
     )
     assert summary.capacity is not None
     assert summary.capacity.n_users == users.n_users
+    # the line counts the users whose first token also comes within the SLO, and says
+    # which SLO and that the figure is predicted (and whether it is calibrated)
+    within = users_within_slo(users, TEST_HARDWARE, USERS_SLO, speed.factors)
+    assert summary.users == within
+    assert within.n_users <= users.n_users
     text = window.memory_panel.speed_label.text()
     assert "tok/s writing" in text
-    assert f"{users.n_users} user" in text
+    assert f"{within.n_users} user" in text
+    assert f"({USERS_SLO.describe()}; predicted" in text
     assert "first token after" in text
+    assert text.endswith("— not calibrated") or "— calibrated on " in text
 
 
 def test_rows_wait_while_the_tab_is_hidden(qtbot: QtBot, window: MainWindow) -> None:

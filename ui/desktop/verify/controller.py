@@ -9,6 +9,7 @@ the model's history on the job pool; every failure is an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from PySide6.QtCore import (
@@ -28,8 +29,10 @@ from app.measured.bench_result import (
 )
 from app.measured.engine_report import EngineReport
 from app.measured.results_db import ResultsDB, StoredRun, quick_file_hash
+from app.measured.users_result import Slo, UsersPlan, settings_for_users
 from app.model.catalog import is_catalog
 from app.predict.estimate import MemoryEstimate, estimate
+from app.predict.speed import SpeedFactors
 from app.settings import Settings
 from runner.worker import Event, StepEvent
 from ui.desktop.jobs import run_job
@@ -43,6 +46,7 @@ from ui.desktop.verify.rows import (
     summarize,
 )
 from ui.desktop.verify.threads import BenchJob, BenchmarkThread, DryRunThread, make_dry_run
+from ui.desktop.verify.users import UsersOutcome, UsersThread, users_counts
 
 LOAD_SHARE: Final = 30
 """Percent of the benchmark's progress bar given to loading the model; the steps share the rest."""
@@ -73,6 +77,7 @@ class VerifyController(QObject):
     cancelled = Signal()
     progress = Signal(int, str)
     benchmark_finished = Signal(object)
+    users_finished = Signal(object)
     history_changed = Signal(object)
     history_failed = Signal(str)
 
@@ -84,13 +89,19 @@ class VerifyController(QObject):
         bench_plan: BenchPlan | None = None,
     ) -> None:
         super().__init__(parent)
-        self._thread: DryRunThread | BenchmarkThread | None = None
+        self._thread: DryRunThread | BenchmarkThread | UsersThread | None = None
         self._context: tuple[LoadedModel, MemoryEstimate] | None = None
         self._cancelling = False
         self._next_kind: RunKind = "dry_run"
         self._kind: RunKind | None = None
         self._db = results_db
         self.bench_plan: BenchPlan = bench_plan or BenchPlan.quick()
+        self.users_plan: UsersPlan | None = None
+        """The Users run's plan (None: quick, 1, 2, 4 … up to the slots on screen)."""
+        self.slo = Slo()
+        self.speed_factors: Callable[[], SpeedFactors] = SpeedFactors
+        """The factors the Memory view quotes (the main window connects them), so Verify's
+        predicted column is the same figure."""
         self._history_path: str | None = None
 
     @property
@@ -104,7 +115,7 @@ class VerifyController(QObject):
         return self._kind if self._thread is not None else None
 
     @property
-    def dry_run_thread(self) -> DryRunThread | BenchmarkThread | None:
+    def dry_run_thread(self) -> DryRunThread | BenchmarkThread | UsersThread | None:
         """The thread of the run under way (tests read its child's pid)."""
         return self._thread
 
@@ -132,6 +143,9 @@ class VerifyController(QObject):
         kind, self._next_kind = self._next_kind, "dry_run"
         if kind == "benchmark":
             self.start_benchmark(model, settings, hardware)
+            return
+        if kind == "users":
+            self.start_users(model, settings, hardware)
             return
         assert self._thread is None, "one run at a time"
         if model.is_catalog:
@@ -166,7 +180,7 @@ class VerifyController(QObject):
             return
         try:
             est = estimate(model.spec, settings, hardware)
-            job = BenchJob(model, est, hardware, self.results_db)
+            job = BenchJob(model, est, hardware, self.results_db, self.speed_factors())
             thread = BenchmarkThread(model, settings, plan or self.bench_plan, job, self)
         except Exception as err:  # a refused setting, a missing file: a banner, not a crash
             self.failed.emit(EngineFailure(describe_error(err), (), "benchmark"))
@@ -179,7 +193,44 @@ class VerifyController(QObject):
         self._launch(thread, "benchmark")
         self.refresh_history(model.path)
 
-    def _launch(self, thread: DryRunThread | BenchmarkThread, kind: RunKind) -> None:
+    def start_users(self, model: LoadedModel, settings: Settings, hardware: Hardware) -> None:
+        """Serve 1, 2, 4 … users of ``model`` together (:attr:`users_plan`), measured beside
+        predicted under :attr:`slo`."""
+        assert self._thread is None, "one run at a time"
+        if model.is_catalog:
+            self.failed.emit(EngineFailure(CATALOG_NO_FILE, (), "users", no_file=True))
+            return
+        try:
+            plan = self.users_plan or UsersPlan.quick(users_counts(settings.n_parallel))
+            run_settings = settings_for_users(model.spec, settings, plan)
+            estimate(model.spec, run_settings, hardware)  # refuses what llama.cpp refuses
+            thread = UsersThread(
+                model, run_settings, hardware, plan, self.slo, self.speed_factors(),
+                self.results_db, self,
+            )  # fmt: skip
+        except Exception as err:  # a refused setting, a missing file: a banner, not a crash
+            self.failed.emit(EngineFailure(describe_error(err), (), "users"))
+            return
+        self._cancelling = False
+        thread.progress.connect(self._on_users_progress)
+        thread.succeeded.connect(self._on_users_succeeded)
+        thread.failed.connect(self._on_thread_failed)
+        self._launch(thread, "users")
+
+    def _on_users_progress(self, event: object) -> None:
+        if isinstance(event, str):
+            if not self._cancelling:
+                self.progress.emit(0, event)
+            return
+        self._on_bench_progress(event)  # type: ignore[arg-type]
+
+    @Slot(object)
+    def _on_users_succeeded(self, outcome: UsersOutcome) -> None:
+        self._end()
+        self.progress.emit(100, "done")
+        self.users_finished.emit(outcome)
+
+    def _launch(self, thread: DryRunThread | BenchmarkThread | UsersThread, kind: RunKind) -> None:
         self._thread = thread
         self._kind = kind
         self.running_changed.emit(True)

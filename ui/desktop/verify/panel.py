@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 from app.measured.results_db import StoredRun
 from ui.desktop.banner import MessageBanner
 from ui.desktop.model_card import CATALOG_NO_FILE, LoadedModel
+from ui.desktop.users_plot import UsersPlotWidget, plot_points
 from ui.desktop.verify.controller import VerifyController
 from ui.desktop.verify.rows import (
     BenchmarkOutcome,
@@ -47,6 +48,7 @@ from ui.desktop.verify.rows import (
     VerifyResult,
 )
 from ui.desktop.verify.tables import ComparisonTableModel, HistoryTableModel
+from ui.desktop.verify.users import UsersOutcome
 
 # --- pure: the comparison -----------------------------------------------------------------
 
@@ -63,6 +65,11 @@ RUN_TIP: Final = "Run llama.cpp's dry run with the settings on screen (F5)"
 BENCH_TIP: Final = (
     "Load the model on llama.cpp with the settings on screen and measure its memory, "
     "prompt and generation speed and time to first token; the run is stored"
+)
+USERS_TIP: Final = (
+    "Serve 1, 2, 4 … users together on llama.cpp (continuous batching, up to the parallel "
+    "slots on screen, at least 4): each user's tok/s and time to first token, measured "
+    "beside predicted, and how many meet the SLO; the run is stored"
 )
 NOT_RUN: Final = "Not run yet."
 
@@ -103,6 +110,9 @@ class VerifyPanel(QWidget):
         self.bench_button = QPushButton("&Benchmark (quick)")
         self.bench_button.setToolTip(BENCH_TIP)
         self.bench_button.clicked.connect(self._on_bench_clicked)
+        self.users_button = QPushButton("&Users")
+        self.users_button.setToolTip(USERS_TIP)
+        self.users_button.clicked.connect(self._on_users_clicked)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setToolTip("Stop the run (Esc)")
         self.cancel_button.setShortcut("Esc")
@@ -116,6 +126,7 @@ class VerifyPanel(QWidget):
         self.progress.hide()  # shown while a run is under way
         row.addWidget(self.run_button)
         row.addWidget(self.bench_button)
+        row.addWidget(self.users_button)
         row.addWidget(self.cancel_button)
         row.addWidget(self.progress, 1)
         row.addStretch(0)
@@ -126,6 +137,19 @@ class VerifyPanel(QWidget):
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.status)
+        self.users_box = QWidget()
+        self.users_box.setObjectName("users_box")
+        users_layout = QVBoxLayout(self.users_box)
+        users_layout.setContentsMargins(0, 0, 0, 0)
+        self.users_plot = UsersPlotWidget()
+        users_layout.addWidget(self.users_plot)
+        self.users_answer = QLabel()
+        self.users_answer.setObjectName("users_answer")
+        self.users_answer.setWordWrap(True)
+        self.users_answer.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        users_layout.addWidget(self.users_answer)
+        self.users_box.hide()  # shown once a Users run has finished
+        layout.addWidget(self.users_box)
         self.table_model = ComparisonTableModel(self)
         self.table = QTableView()
         self.table.setModel(self.table_model)
@@ -170,6 +194,7 @@ class VerifyPanel(QWidget):
         controller.progress.connect(self._on_controller_progress)
         controller.finished.connect(self._on_controller_finished)
         controller.benchmark_finished.connect(self._on_controller_benchmark_finished)
+        controller.users_finished.connect(self._on_controller_users_finished)
         controller.failed.connect(self._on_controller_failed)
         controller.cancelled.connect(self._on_controller_cancelled)
         controller.history_changed.connect(self._on_controller_history_changed)
@@ -181,6 +206,11 @@ class VerifyPanel(QWidget):
 
     def _on_bench_clicked(self) -> None:
         self._controller.request_kind("benchmark")
+        self._call_request_run()
+        self._controller.request_kind("dry_run")  # nothing started (no model): forget it
+
+    def _on_users_clicked(self) -> None:
+        self._controller.request_kind("users")
         self._call_request_run()
         self._controller.request_kind("dry_run")  # nothing started (no model): forget it
 
@@ -208,6 +238,7 @@ class VerifyPanel(QWidget):
             tip = CATALOG_NO_FILE if no_file else None
             self.run_button.setToolTip(tip or RUN_TIP)
             self.bench_button.setToolTip(tip or BENCH_TIP)
+            self.users_button.setToolTip(tip or USERS_TIP)
             if no_file:
                 self.banner.hide()
                 self.table_model.set_rows(())  # the last run was of another model
@@ -222,11 +253,12 @@ class VerifyPanel(QWidget):
         running = self._controller.running
         self.run_button.setEnabled(not running and not self._no_file)
         self.bench_button.setEnabled(not running and not self._no_file)
+        self.users_button.setEnabled(not running and not self._no_file)
         self.cancel_button.setEnabled(running)
 
     def _on_controller_running_changed(self, running: bool) -> None:
         self._update_buttons()
-        bench = self._controller.kind == "benchmark"
+        bench = self._controller.kind in ("benchmark", "users")
         self.progress.setRange(0, 100 if bench else (0 if running else 1))
         self.progress.setValue(0)
         self.progress.setTextVisible(bench)
@@ -256,6 +288,25 @@ class VerifyPanel(QWidget):
         if outcome.store_error:
             self.banner.show_message(f"Benchmark done, but {outcome.store_error}.")
 
+    def _on_controller_users_finished(self, outcome: UsersOutcome) -> None:
+        self.users_plot.set_data(plot_points(outcome.measured, outcome.predicted), outcome.slo)
+        self.users_answer.setText(
+            f"<b>Measured:</b> {outcome.answer}<br>"
+            f"<b>Predicted:</b> {outcome.predicted_answer}"
+            f"<br><small>SLO: {outcome.slo.describe()}. Predicted by the speed model "
+            f"({outcome.prediction_source}).</small>"
+        )
+        self.users_box.show()
+        r = outcome.result
+        stored = "" if outcome.run_id is None else f" · stored as load test #{outcome.run_id}"
+        self.status.setText(
+            f"Done: {len(r.rounds)} rounds of {r.plan.n_prompt}-token prompts and "
+            f"{r.plan.n_gen} tokens each, users arriving {r.plan.arrivals.describe()}, "
+            f"{r.n_threads} threads{stored}"
+        )
+        if outcome.store_error:
+            self.banner.show_message(f"Users run done, but {outcome.store_error}.")
+
     def _on_controller_history_changed(self, runs: tuple[StoredRun, ...]) -> None:
         self.history_model.set_rows(runs)
         n = len(runs)
@@ -275,7 +326,7 @@ class VerifyPanel(QWidget):
             self.status.setText(failure.cause)
             return
         self.status.setText(f"Failed: {failure.cause}")
-        if failure.kind == "benchmark":
+        if failure.kind in ("benchmark", "users"):
             last = f" (llama.cpp said: {failure.log_tail[-1].strip()})" if failure.log_tail else ""
             self.banner.show_message(f"The benchmark failed: {failure.cause}{last}")
             return

@@ -22,10 +22,10 @@ from app.measured.bench_result import (
 from app.measured.engine_report import EngineReport
 from app.model.spec import ModelSpec
 from app.predict.estimate import MemoryEstimate
-from app.predict.speed import predict_speed
+from app.predict.speed import SpeedFactors, predict_speed
 from app.units import format_mib
 
-RunKind = Literal["dry_run", "benchmark"]
+RunKind = Literal["dry_run", "benchmark", "users"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +149,11 @@ def comparison_rows(
 
 
 def benchmark_rows(
-    spec: ModelSpec, est: MemoryEstimate, result: BenchResult, hardware: Hardware
+    spec: ModelSpec,
+    est: MemoryEstimate,
+    result: BenchResult,
+    hardware: Hardware,
+    factors: SpeedFactors | None = None,
 ) -> tuple[TableRow, ...]:
     """Return estimate vs llama.cpp (this load's log) vs measured, then the speeds.
 
@@ -157,7 +161,9 @@ def benchmark_rows(
     report, then the process's resident memory above its pre-load baseline (file-backed:
     the mapped weights; anonymous: the buffers; :func:`app.measured.bench_result.compare_memory`).
     Speed: prompt processing and generation from an empty cache and time to first token,
-    beside :func:`app.predict.speed.predict_speed` for the same sizes.
+    beside :func:`app.predict.speed.predict_speed` for the same sizes with ``factors`` — the
+    ones the Memory view quotes (calibrated on this machine's runs where it has some), so
+    every tab shows the same figure.
     """
     rows: list[TableRow] = list(comparison_rows(spec, est, result.engine))
     for gap in compare_memory(est, result):
@@ -171,14 +177,16 @@ def benchmark_rows(
             continue
         predicted: float | None = None
         try:
-            pred = predict_speed(spec, settings, hardware, n_prompt=max(1, fig.n_tokens))
+            pred = predict_speed(
+                spec, settings, hardware, n_prompt=max(1, fig.n_tokens), factors=factors
+            )
             predicted = pred.prefill_tok_per_s if kind == "pp" else pred.decode_tok_per_s
         except GGTuneError:
             predicted = None
         rows.append(SpeedRow(f"{title} ({fig.name})", predicted, fig.tok_per_s, "tok/s"))
     try:
         ttft_pred: float | None = predict_speed(
-            spec, settings, hardware, n_prompt=result.ttft.n_prompt
+            spec, settings, hardware, n_prompt=result.ttft.n_prompt, factors=factors
         ).ttft_s
     except GGTuneError:
         ttft_pred = None

@@ -24,6 +24,7 @@ from app.measured.bench_result import (
 )
 from app.measured.results_db import ResultsDB, quick_file_hash
 from app.predict.estimate import MemoryEstimate
+from app.predict.speed import SpeedFactors
 from app.settings import Settings
 from runner.benchmark import Benchmark
 from runner.dry_run import DryRun
@@ -86,6 +87,8 @@ class BenchJob:
     estimate: MemoryEstimate
     hardware: Hardware
     db: ResultsDB | None
+    factors: SpeedFactors | None = None
+    """The factors the Memory view quotes: Verify's predicted column is the same figure."""
 
 
 class BenchmarkThread(QThread):
@@ -132,7 +135,7 @@ class BenchmarkThread(QThread):
         job = self._job
         try:
             result = self._bench.run()
-            rows = benchmark_rows(job.model.spec, job.estimate, result, job.hardware)
+            rows = benchmark_rows(job.model.spec, job.estimate, result, job.hardware, job.factors)
         except GGTuneError as err:
             self.failed.emit(err)
             return

@@ -1,0 +1,143 @@
+"""The load test beside llama.cpp's ``llama-batched-bench``: per-user decode speed, both ways.
+
+Run: ``.venv/bin/python -m bench.bench_batched [--threads 1] [--users 1,2,4,8]``.
+
+For each demo model and user count: llama-batched-bench (``-npp 32 -ntg 16|80 -npl N``, one
+stream per sequence, batch 2048/512, flash attention auto) and ggtune's load test
+(runner/load_test.py, the same settings, 32-token prompts, 80 tokens each, users arriving
+together). Two comparisons:
+
+* **CPU time** (the test's, tests/runner/test_batched_bench.py): the engine's CPU seconds
+  per decode step; for llama-batched-bench the difference between its ``-ntg 80`` and
+  ``-ntg 16`` runs over the 64 extra steps (its own report is wall time);
+* **wall time**: its ``S_TG / N`` from the ``-ntg 80`` run beside 1 / the load test's mean
+  time per output token — what each prints, noisy on shared cores.
+
+``/proc/loadavg`` is printed with every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+from pathlib import Path
+from typing import Any
+
+N_CTX_PER_USER = 512
+N_PROMPT = 32
+SHORT, LONG = 16, 80
+
+
+def _children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_batched_bench(
+    tool: Path, model: Path, n_users: int, n_gen: int, *, n_ctx: int, threads: int
+) -> tuple[dict[str, Any], float]:
+    """Run llama-batched-bench once; return its JSON row and the CPU seconds it took."""
+    before = _children_cpu_s()
+    out = subprocess.run(
+        [
+            str(tool),
+            "-m",
+            str(model),
+            "-c",
+            str(n_ctx),
+            "-b",
+            "2048",
+            "-ub",
+            "512",
+            "-npp",
+            str(N_PROMPT),
+            "-ntg",
+            str(n_gen),
+            "-npl",
+            str(n_users),
+            "-t",
+            str(threads),
+            "-fa",
+            "auto",
+            "--output-format",
+            "jsonl",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
+    )
+    spent = _children_cpu_s() - before
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    if len(rows) != 1 or (rows[0]["pl"], rows[0]["tg"], rows[0]["pp"]) != (
+        n_users,
+        n_gen,
+        N_PROMPT,
+    ):
+        raise RuntimeError(f"llama-batched-bench printed {rows!r}")
+    return rows[0], spent
+
+
+def batched_bench_step(
+    tool: Path, model: Path, n_users: int, *, n_ctx: int, threads: int
+) -> tuple[float, float]:
+    """Return (CPU seconds per decode step of ``n_users``, its wall S_TG / n_users)."""
+    _row, short = run_batched_bench(tool, model, n_users, SHORT, n_ctx=n_ctx, threads=threads)
+    row, long = run_batched_bench(tool, model, n_users, LONG, n_ctx=n_ctx, threads=threads)
+    return (long - short) / (LONG - SHORT) / threads, row["speed_tg"] / n_users
+
+
+def main() -> None:
+    from app.measured.users_result import Slo, UsersPlan
+    from app.settings import Settings
+    from app.sources.demo_models import ensure_demo_models
+    from runner.llama_tools import find_tool
+    from runner.load_test import load_test
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--users", default="1,2,4,8")
+    args = ap.parse_args()
+    users = tuple(int(n) for n in args.users.split(","))
+    tool = find_tool("llama-batched-bench")
+    models = ensure_demo_models()
+    n_ctx = N_CTX_PER_USER * max(users)
+    print("| model | users | CPU: load test | CPU: batched-bench | Δ | wall: load test | "
+          "wall: batched-bench S_TG/N | Δ | load before |")  # fmt: skip
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for name, model in (
+        ("SmolLM2-135M Q4_1", models.smollm),
+        ("Gemma-3 270M Q4_K_M", models.gemma),
+    ):
+        settings = Settings(
+            n_ctx=n_ctx, n_parallel=max(users), kv_unified=False, swa_full=False,
+            n_batch=2048, n_ubatch=512, flash_attn="auto",
+        )  # fmt: skip
+        plan = UsersPlan(n_users=users, n_prompt=N_PROMPT, n_gen=LONG)
+        load = os.getloadavg()[0]
+        result = load_test(model, settings, plan, n_threads=args.threads)
+        summaries = {s.n_users: s for s in result.summaries(Slo())}
+        for n in users:
+            (r,) = [r for r in result.rounds if r.n_users == n]
+            cpu = (
+                statistics.median(s.cpu_s for s in r.steps if s.n_decode == n and s.n_prefill == 0)
+                / args.threads
+            )
+            theirs_cpu, theirs_wall = batched_bench_step(
+                tool, model, n, n_ctx=n_ctx, threads=args.threads
+            )
+            ours_cpu, ours_wall = 1.0 / cpu, summaries[n].per_user_tok_per_s
+            print(
+                f"| {name} | {n} | {ours_cpu:.1f} | {1 / theirs_cpu:.1f} | "
+                f"{100 * (ours_cpu * theirs_cpu - 1):+.1f}% | {ours_wall:.1f} | "
+                f"{theirs_wall:.1f} | {100 * (ours_wall / theirs_wall - 1):+.1f}% | {load:.1f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

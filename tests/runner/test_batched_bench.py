@@ -1,0 +1,67 @@
+"""The load test measures what the engine does: its per-user decode speed agrees with
+llama.cpp's own ``llama-batched-bench`` (built from the pinned sdist by the set-up) on the
+same model, context, batch sizes, flash attention, threads and user counts.
+
+llama-batched-bench decodes ``npl`` sequences in lockstep after their prompts and prints
+``S_TG`` = ``npl · ntg / T_TG`` (tools/batched-bench/batched-bench.cpp): one user's speed is
+``S_TG / npl``. The load test's is 1 / (its median step with every user decoding).
+
+Both are timed in **CPU time** with one thread, because this machine's two cores are shared
+with other work: a step's CPU time is what the engine spent on it, which other processes
+do not inflate (wall time here moved by 2× between minutes). For llama-batched-bench, whose
+report is wall time, the CPU time of the decode phase is isolated by running it twice with
+different ``-ntg`` (16 and 80 tokens: the same loading, warm-up and prompts) and dividing
+the difference by the 64 extra steps. docs/benchmarks.md has the wall-clock comparison at a
+quiet moment too.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from app.measured.users_result import UsersPlan
+from app.settings import Settings
+from bench.bench_batched import LONG, N_PROMPT, batched_bench_step
+from runner.llama_tools import LlamaTools
+from runner.load_test import load_test
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+N_CTX = 2048
+USERS = (1, 2, 4)
+TOLERANCE = 0.15
+
+
+@pytest.mark.parametrize("name", ["smollm", "gemma"])
+def test_per_user_speed_agrees_with_llama_batched_bench(
+    name: str, smollm_path: Path, gemma_path: Path, llama_tools: LlamaTools
+) -> None:
+    model = smollm_path if name == "smollm" else gemma_path
+    tool = llama_tools.path("llama-batched-bench")
+    # llama-batched-bench: one stream per sequence (no -kvu), n_seq_max = the most users,
+    # swa_full off, batch 2048 / micro-batch 512 as given, flash attention auto
+    settings = Settings(
+        n_ctx=N_CTX,
+        n_parallel=max(USERS),
+        kv_unified=False,
+        swa_full=False,
+        n_batch=2048,
+        n_ubatch=512,
+        flash_attn="auto",
+    )
+    plan = UsersPlan(n_users=USERS, n_prompt=N_PROMPT, n_gen=LONG)
+    result = load_test(model, settings, plan, n_threads=1)
+    for n_users in USERS:
+        (r,) = [r for r in result.rounds if r.n_users == n_users]
+        steps = [s.cpu_s for s in r.steps if s.n_decode == n_users and s.n_prefill == 0]
+        assert len(steps) == LONG - 1
+        ours = 1.0 / statistics.median(steps)
+        step_cpu_s, _wall = batched_bench_step(tool, model, n_users, n_ctx=N_CTX, threads=1)
+        theirs = 1.0 / step_cpu_s
+        assert abs(ours / theirs - 1.0) <= TOLERANCE, (
+            f"{name}, {n_users} users: the load test measured {ours:.1f} tok/s each, "
+            f"llama-batched-bench {theirs:.1f} (S_TG / {n_users}, CPU time)"
+        )

@@ -1,0 +1,200 @@
+"""Verify's Users run: N users on llama.cpp together, measured beside predicted.
+
+:class:`UsersThread` times this CPU's kernels once where the speed model lacks them
+(:func:`runner.kernel_bench.ensure_rates`), predicts the rounds
+(:func:`predict_users_rounds`: the load test's scheduling, the speed model's step times),
+then runs the load test (:class:`runner.load_test.LoadTest`: 1, 2, 4 … users decoding
+together with continuous batching, up to the slots on screen, at least 4) and stores it.
+The answer is a :class:`UsersOutcome`; the panel plots it (:mod:`ui.desktop.users_plot`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from PySide6.QtCore import QObject, QThread, Signal
+
+from app.errors import EngineCancelledError, EngineError, GGTuneError
+from app.hardware.devices import Hardware
+from app.measured.results_db import ResultsDB, quick_file_hash
+from app.measured.users_result import (
+    RoundSummary,
+    Slo,
+    UsersPlan,
+    UsersResult,
+    answer,
+    predict_rounds,
+)
+from app.measured.users_result import summarize as summarize_rounds
+from app.model.spec import ModelSpec
+from app.predict.estimate import resolve_context
+from app.predict.speed import SpeedFactors, kernel_needs, workload
+from app.settings import Settings
+from runner.benchmark import physical_cores
+from runner.load_test import LoadTest
+from ui.desktop.model_card import LoadedModel, describe_error
+
+USERS_TIMEOUT_S: Final = 600.0
+"""Per load-test step (loading, each round)."""
+MAX_USERS_RUN: Final = 16
+"""The Users run serves 1, 2, 4 … up to the plan's slots (at least 4), at most this many."""
+
+
+def users_counts(n_parallel: int) -> tuple[int, ...]:
+    """Return the user counts of a Users run: 1, 2, 4 … up to the plan's slots (at least 4,
+    at most :data:`MAX_USERS_RUN`), the slots themselves last.
+
+    >>> users_counts(1), users_counts(6), users_counts(64)
+    ((1, 2, 4), (1, 2, 4, 6), (1, 2, 4, 8, 16))
+    """
+    top = min(MAX_USERS_RUN, max(4, n_parallel))
+    counts = [1]
+    while counts[-1] * 2 <= top:
+        counts.append(counts[-1] * 2)
+    if counts[-1] != top:
+        counts.append(top)
+    return tuple(counts)
+
+
+@dataclass(frozen=True, slots=True)
+class UsersOutcome:
+    """A finished Users run: the load test, the prediction of the same rounds, the SLO,
+    the answers in words, the factors' source, and how storing it went."""
+
+    result: UsersResult
+    measured: tuple[RoundSummary, ...]
+    predicted: dict[int, RoundSummary]
+    slo: Slo
+    answer: str
+    predicted_answer: str
+    prediction_source: str
+    run_id: int | None
+    store_error: str | None
+
+
+class UsersThread(QThread):
+    """Time this CPU's kernels where needed, predict, then run the load test (worker
+    thread; llama.cpp runs in runner's child processes).
+
+    Emits ``progress(object)`` (:data:`~app.measured.bench_result.BenchProgress`, and a
+    ``str`` while the kernels are timed), then exactly one of ``succeeded(UsersOutcome)``
+    or ``failed(GGTuneError)``. :meth:`cancel` is safe from any thread.
+    """
+
+    progress = Signal(object)
+    succeeded = Signal(object)
+    failed = Signal(object)
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        settings: Settings,
+        hardware: Hardware,
+        plan: UsersPlan,
+        slo: Slo,
+        factors: SpeedFactors,
+        db: ResultsDB | None,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._model, self._settings, self._hardware = model, settings, hardware
+        self._plan, self._slo, self._factors, self._db = plan, slo, factors, db
+        self._cancel_kernels: list[object] = []
+        self._cancelled = False
+        self._test = LoadTest(
+            model.path,
+            settings,
+            plan,
+            timeout_s=USERS_TIMEOUT_S,
+            on_progress=self.progress.emit,
+        )
+
+    @property
+    def pid(self) -> int | None:
+        """The load test's child process id while it runs."""
+        return self._test.pid
+
+    def cancel(self) -> None:
+        """Kill whichever child runs; :meth:`run` then fails with EngineCancelledError."""
+        self._cancelled = True
+        for stop in self._cancel_kernels:
+            assert callable(stop)
+            stop()
+        self._test.cancel()
+
+    def run(self) -> None:
+        """Time kernels, predict, run, store and report (worker thread)."""
+        try:
+            hardware = self._with_kernels()
+            if self._cancelled:
+                raise EngineCancelledError("cancelled while timing this CPU's kernels")
+            predicted = predict_users_rounds(
+                self._model.spec, self._settings, hardware, self._plan, self._slo, self._factors
+            )
+            result = self._test.run()
+        except GGTuneError as err:
+            self.failed.emit(err)
+            return
+        except Exception as err:  # never let an unexpected error die silently in a thread
+            self.failed.emit(
+                EngineError(f"the Users run failed unexpectedly: {describe_error(err)}")
+            )
+            return
+        run_id: int | None = None
+        store_error: str | None = None
+        if self._db is not None:
+            try:
+                run_id = self._db.add_users(
+                    result, model_hash=quick_file_hash(result.model_path), slo=self._slo
+                )
+            except Exception as err:  # sqlite3, a full disk: the run itself is fine
+                store_error = f"the run was not stored: {describe_error(err)}"
+        measured = result.summaries(self._slo)
+        counts = result.user_counts()
+        self.succeeded.emit(
+            UsersOutcome(
+                result,
+                measured,
+                predicted,
+                self._slo,
+                answer(measured, self._slo),
+                answer([predicted[n] for n in counts if n in predicted], self._slo),
+                self._factors.source,
+                run_id,
+                store_error,
+            )
+        )
+
+    def _with_kernels(self) -> Hardware:
+        """Return the hardware with this CPU's kernel rates (timed now where missing)."""
+        import dataclasses as dc
+
+        from runner.kernel_bench import ensure_rates
+
+        needs = kernel_needs(self._model.spec, self._settings, self._hardware)
+        threads = physical_cores()
+        current = self._hardware.host.kernels
+        if current is not None and current.n_threads != threads:
+            current = None
+        if needs.missing(current):
+            self.progress.emit("timing this CPU's kernels (once)")
+        rates = ensure_rates(
+            needs, n_threads=threads, rates=current, on_cancel_ready=self._cancel_kernels.append
+        )
+        return dc.replace(self._hardware, host=dc.replace(self._hardware.host, kernels=rates))
+
+
+def predict_users_rounds(
+    spec: ModelSpec,
+    settings: Settings,
+    hardware: Hardware,
+    plan: UsersPlan,
+    slo: Slo,
+    factors: SpeedFactors,
+) -> dict[int, RoundSummary]:
+    """Return the speed model's summary of each round of ``plan`` (pure, ~ms per round)."""
+    work = workload(spec, settings, hardware, factors)
+    n_batch = resolve_context(spec, settings).n_batch
+    rounds = predict_rounds(work, plan, n_batch=n_batch, factors=factors)
+    return {r.n_users: summarize_rounds([r], slo) for r in rounds}
