@@ -10,6 +10,7 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from app.paths import icons_dir
+from ui.desktop.jobs import GuiCollector
 from ui.desktop.main_window import MainWindow
 
 ORGANIZATION: Final = "ggtune"
@@ -34,9 +35,12 @@ def app_icon() -> QIcon:
 
 
 def make_application() -> QApplication:
-    """Return the QApplication (made once), named and with the window icon set."""
+    """Return the QApplication (made once), named and with the window icon set; Python's
+    garbage collector then runs on the GUI thread only (:class:`~ui.desktop.jobs.GuiCollector`)."""
     app = QApplication.instance() or QApplication(sys.argv)
     assert isinstance(app, QApplication), "a QApplication is needed"
+    if app.findChild(GuiCollector) is None:
+        GuiCollector(app)
     app.setOrganizationName(ORGANIZATION)
     app.setApplicationName(APPLICATION)
     app.setApplicationDisplayName("ggtune")

@@ -16,6 +16,26 @@ Example (GUI thread)::
 A job whose ``parent`` is destroyed before it ends is dropped silently: its callbacks never
 run. Jobs are not cancellable; keep them short (≤ a few seconds).
 
+Object lifetimes across threads (what used to crash, seen as a SIGSEGV at the relay's
+``emit`` in a full test run):
+
+* A pool thread touches one QObject only, :class:`_Dispatcher`, made once on the GUI
+  thread and never deleted. It used to emit on a relay that was a child of ``parent``; when
+  ``parent`` was deleted on the GUI thread (or collected, below) during that ``emit``, the
+  pool thread used freed memory. Whether ``parent`` still lives is now asked on the GUI
+  thread, where it is deleted (``shiboken6.isValid``).
+* The pool holds no Python object the GUI thread lets go of: the runnable carries a job
+  number, the job itself (its function, callbacks, ``parent``) stays in :data:`_TASKS`
+  until its outcome is delivered on the GUI thread, so its last reference (and whatever
+  Qt wrappers its closures hold) goes away there.
+* Python's cyclic garbage collector runs in whichever thread allocates past its
+  threshold, and collecting a QObject that Python owns deletes it in that thread: a pool
+  thread reading a model file could delete a widget's controller. :class:`GuiCollector`
+  (the idea of calibre's ``GarbageCollector``, ``src/calibre/gui2/__init__.py``) turns
+  automatic collection off and collects on the GUI thread, from a timer, when the
+  thresholds are passed; :func:`make_application` installs it and the desktop tests'
+  conftest does too.
+
 :class:`LatestJob` runs the latest of a stream of requests (a slider's ticks): it waits
 ``delay_ms`` for the requests to rest, runs only the newest on the pool, and drops the
 answer of any request a newer one replaced. The Memory view's users, Compare and
@@ -24,13 +44,17 @@ Recommend use it.
 
 from __future__ import annotations
 
-import contextlib
+import functools
+import gc
+import itertools
+import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
 
+import shiboken6
 from PySide6.QtCore import (
     QObject,
-    QRunnable,
     QThreadPool,
     QTimer,
     Signal,
@@ -40,78 +64,58 @@ from PySide6.QtCore import (
 T = TypeVar("T")
 
 
-class _Relay(QObject):
-    """Lives on the GUI thread; its signal crosses from the pool thread as a queued call."""
+@dataclass(slots=True)
+class _Task:
+    """One job, owned by the GUI thread until its outcome is delivered there."""
 
-    done = Signal(object, object)  # (result, exception or None)
-
-    def __init__(
-        self,
-        on_success: Callable[[Any], None],
-        on_failure: Callable[[Exception], None],
-        parent: QObject,
-    ) -> None:
-        super().__init__(parent)
-        self._on_success = on_success
-        self._on_failure = on_failure
-        self.done.connect(self._on_done)
-
-    @Slot(object, object)
-    def _on_done(self, result: object, error: object) -> None:
-        """Call the right callback (GUI thread), then go away."""
-        try:
-            if isinstance(error, Exception):
-                self._on_failure(error)
-            else:
-                self._on_success(result)
-        finally:
-            self.deleteLater()
+    fn: Callable[[], object]
+    on_success: Callable[[Any], None]
+    on_failure: Callable[[Exception], None]
+    parent: QObject
 
 
-class _Reaper(QObject):
-    """Lives on the GUI thread and drops finished jobs there.
+class _Dispatcher(QObject):
+    """Lives on the GUI thread for the life of the process: the only QObject a pool thread
+    touches (its signal, emitted there, is delivered here as a queued call)."""
 
-    PySide6 crashes (a use of a freed thread state in ``Shiboken::Object::destroy``, seen
-    as heap corruption or SIGSEGV) when Qt deletes a Python ``QRunnable`` on the pool
-    thread after ``run()``. So jobs are not auto-deleted: :data:`_LIVE` owns them until
-    they are done, and the last reference goes away here, on the GUI thread.
-    """
-
-    reap = Signal(object)
+    delivered = Signal(object)  # (job number, result, exception or None)
 
     def __init__(self) -> None:
         super().__init__()
-        self.reap.connect(self._on_reap)
+        self.delivered.connect(self._on_delivered)
 
     @Slot(object)
-    def _on_reap(self, job: object) -> None:
-        _LIVE.discard(job)
+    def _on_delivered(self, outcome: tuple[int, object, Exception | None]) -> None:
+        """Call the job's callback (GUI thread), unless its parent is gone."""
+        number, result, error = outcome
+        task = _TASKS.pop(number, None)
+        if task is None or not shiboken6.isValid(task.parent):
+            return
+        if error is not None:
+            task.on_failure(error)
+        else:
+            task.on_success(result)
 
 
-_LIVE: set[_Job] = set()
-_REAPER: list[_Reaper] = []
+_TASKS: dict[int, _Task] = {}
+"""Jobs not delivered yet, by number (written and emptied on the GUI thread only)."""
+_NUMBERS = itertools.count(1)
+_DISPATCHER: list[_Dispatcher] = []
 
 
-class _Job(QRunnable):
-    def __init__(self, fn: Callable[[], object], relay: _Relay) -> None:
-        super().__init__()
-        self.setAutoDelete(False)
-        self._fn = fn
-        self._relay = relay
-
-    def run(self) -> None:
-        """Run the job (pool thread) and post its outcome to the relay."""
-        result: object = None
-        error: Exception | None = None
-        try:
-            result = self._fn()
-        except Exception as err:  # handed to on_failure on the GUI thread
-            error = err
-        # RuntimeError: the relay's parent was destroyed meanwhile, nobody is waiting
-        with contextlib.suppress(RuntimeError):
-            self._relay.done.emit(result, error)
-        del result, error
-        _REAPER[0].reap.emit(self)
+def _run_task(number: int) -> None:
+    """Run job ``number`` (pool thread) and post its outcome to the dispatcher."""
+    task = _TASKS[number]  # it stays there until the GUI thread has the outcome
+    fn = task.fn
+    del task
+    result: object = None
+    error: Exception | None = None
+    try:
+        result = fn()
+    except Exception as err:  # handed to on_failure on the GUI thread
+        error = err
+    del fn
+    _DISPATCHER[0].delivered.emit((number, result, error))
 
 
 def job_pool() -> QThreadPool:
@@ -128,14 +132,52 @@ def run_job(
 ) -> None:
     """Run ``fn()`` on the pool; call ``on_success(result)`` or ``on_failure(error)`` later.
 
-    Call on the GUI thread; the callbacks run there too, after this returns.
+    Call on the GUI thread; the callbacks run there too, after this returns, unless
+    ``parent`` was deleted meanwhile.
     """
-    if not _REAPER:
-        _REAPER.append(_Reaper())
-    relay = _Relay(on_success, on_failure, parent)
-    job = _Job(fn, relay)
-    _LIVE.add(job)
-    job_pool().start(job)
+    assert threading.current_thread() is threading.main_thread(), "run_job is for the GUI thread"
+    if not _DISPATCHER:
+        _DISPATCHER.append(_Dispatcher())
+    number = next(_NUMBERS)
+    _TASKS[number] = _Task(fn, on_success, on_failure, parent)
+    job_pool().start(functools.partial(_run_task, number))
+
+
+class GuiCollector(QObject):
+    """Run Python's cyclic garbage collector on the GUI thread only (see the module doc).
+
+    Turns automatic collection off and, every ``INTERVAL_MS``, collects each generation
+    whose count passed its threshold, as the automatic collector would have. GUI thread;
+    :meth:`stop` (or deleting it) turns automatic collection back on.
+    """
+
+    INTERVAL_MS: Final = 1000
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._thresholds = gc.get_threshold()
+        self._was_enabled = gc.isenabled()
+        gc.disable()
+        self._timer = QTimer(self)
+        self._timer.setInterval(self.INTERVAL_MS)
+        self._timer.timeout.connect(self.collect_due)
+        self._timer.start()
+
+    def collect_due(self) -> int:
+        """Collect the generations past their thresholds now; return the objects freed."""
+        counts = gc.get_count()
+        freed = 0
+        for generation in (2, 1, 0):  # the oldest due generation collects the younger too
+            if counts[generation] > self._thresholds[generation]:
+                freed += gc.collect(generation)
+                break
+        return freed
+
+    def stop(self) -> None:
+        """Stop collecting here; automatic collection is back as it was."""
+        self._timer.stop()
+        if self._was_enabled:
+            gc.enable()
 
 
 class LatestJob(QObject):

@@ -7,11 +7,16 @@ not collected at all. Otherwise every test here:
 * fails on any Qt message of WARNING or above (pytest-qt's ``qt_log_level_fail``, set
   here as a marker so the project's ini stays valid where pytest-qt is not installed);
 * fails when it leaves a QThread running, a pool job unfinished, or a child process alive
-  (after napari's ``_dangling_qthreads``).
+  (after napari's ``_dangling_qthreads``);
+* runs Python's garbage collector on the GUI thread only, as the app does
+  (:class:`ui.desktop.jobs.GuiCollector`), and collects after each test: a test's
+  controllers without a Qt parent are Python's to delete, and collected from a pool thread
+  they were deleted there (a flaky SIGSEGV in a full run).
 """
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import time
@@ -53,8 +58,18 @@ else:
         except psutil.Error:
             return False
 
+    @pytest.fixture(scope="session")
+    def _gui_collector(qapp: object) -> Iterator[None]:
+        """Collect garbage on the GUI thread only, for the whole session."""
+        from ui.desktop.jobs import GuiCollector
+
+        collector = GuiCollector()
+        yield
+        collector.stop()
+        collector.deleteLater()
+
     @pytest.fixture(autouse=True)
-    def _no_leaks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    def _no_leaks(monkeypatch: pytest.MonkeyPatch, _gui_collector: None) -> Iterator[None]:
         """Fail a test that leaves a QThread, a pool job or a child process behind."""
         started: list[QThread] = []
         original: Callable[..., None] = QThread.start
@@ -68,6 +83,7 @@ else:
         before = {p.pid for p in me.children(recursive=True)}
         yield
         pool_done = QThreadPool.globalInstance().waitForDone(10_000)
+        gc.collect()  # this test's garbage goes here, on the GUI thread
         running = []
         for thread in started:
             try:
