@@ -4,7 +4,7 @@ The only package that imports Qt (an import-linter contract checks it). Each scr
 controller (a ``QObject`` holding its state and emitting signals that carry the frozen
 dataclasses of ``app/``) and widgets that subscribe to it; widgets hold no estimation logic.
 Short blocking jobs (header reads, the hardware probe) run on a ``QThreadPool`` through
-:func:`ui.desktop.jobs.run_job`; llama.cpp runs only in ``runner``'s child process.
+:func:`ui.desktop.shared.jobs.run_job`; llama.cpp runs only in ``runner``'s child process.
 
 Start it with ``ggtune-desktop`` or ``python -m ui.desktop``.
 """

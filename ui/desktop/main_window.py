@@ -32,22 +32,22 @@ from PySide6.QtWidgets import (
 )
 
 from app.hardware.devices import Hardware
-from ui.desktop.banner import MessageBanner
 from ui.desktop.compare.controller import CompareController
 from ui.desktop.compare.panel import ComparePanel
-from ui.desktop.estimate_controller import EstimateController
-from ui.desktop.explain_panel import ExplainPanel
-from ui.desktop.export_panel import ExportController, ExportPanel
-from ui.desktop.hardware import HardwareController
-from ui.desktop.hardware_panel import HardwarePanel
+from ui.desktop.explain.panel import ExplainPanel
+from ui.desktop.export.panel import ExportController, ExportPanel
+from ui.desktop.hardware.panel import HardwarePanel
 from ui.desktop.machines.panel import MachinesController
-from ui.desktop.memory_view import MemoryPanel
-from ui.desktop.model_card import LoadedModel
+from ui.desktop.memory.panel import MemoryPanel
 from ui.desktop.models.controller import ModelController
 from ui.desktop.models.entries import ModelFailure
 from ui.desktop.models.panel import ModelsPanel
-from ui.desktop.recommend_panel import RecommendController, RecommendPanel
-from ui.desktop.settings_panel import SettingsPanel
+from ui.desktop.recommend.panel import RecommendController, RecommendPanel
+from ui.desktop.settings.panel import SettingsPanel
+from ui.desktop.shared.banner import MessageBanner
+from ui.desktop.shared.estimate_controller import EstimateController
+from ui.desktop.shared.hardware import HardwareController
+from ui.desktop.shared.model_card import LoadedModel
 from ui.desktop.verify.controller import VerifyController
 from ui.desktop.verify.panel import VerifyPanel
 

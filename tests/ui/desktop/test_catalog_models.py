@@ -26,13 +26,13 @@ from app.model.spec import model_spec
 from app.predict.estimate import estimate
 from app.sources.library import Library, LibraryIssue
 from tests.ui.desktop.test_main_window import LOAD_TIMEOUT_MS, TEST_HARDWARE, held_only, make_window
-from ui.desktop.estimate_controller import fit_settings, simulate_level
-from ui.desktop.export_panel import placeholder_note
+from ui.desktop.export.panel import placeholder_note
 from ui.desktop.main_window import MainWindow
-from ui.desktop.model_card import CATALOG_NO_FILE, CatalogSummary, LoadedModel, load_model
 from ui.desktop.models.controller import ModelController
 from ui.desktop.models.entries import CATALOG_TITLE, LAST_KEY, ModelFailure
 from ui.desktop.models.panel import ModelsPanel
+from ui.desktop.shared.estimate_controller import fit_settings, simulate_level
+from ui.desktop.shared.model_card import CATALOG_NO_FILE, CatalogSummary, LoadedModel, load_model
 from ui.desktop.verify.rows import EngineFailure
 
 SEVENTY_B = "catalog:llama-3.1-70b"

@@ -30,7 +30,7 @@ from tests.ui.desktop.test_main_window import TEST_HARDWARE, make_window
 from ui.desktop.compare.rows import compare_table
 from ui.desktop.compare.table import CompareTableModel
 from ui.desktop.main_window import MainWindow
-from ui.desktop.speed import SPEED_PROMPT_TOKENS, USERS_MIN_TOK_PER_S, USERS_SLO, users_goal
+from ui.desktop.shared.speed import SPEED_PROMPT_TOKENS, USERS_MIN_TOK_PER_S, USERS_SLO, users_goal
 
 RESULT_TIMEOUT_MS = 30_000
 

@@ -25,17 +25,17 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QFileDialog
 from pytestqt.qtbot import QtBot
 
-import ui.desktop.download
+import ui.desktop.compare.download
 from app.planning.compare import CompareRow
 from app.sources.demo_models import SMOLLM
 from app.sources.hf import DownloadProgress, ModelEntry, RepoListing
 from app.sources.library import user_folders
 from tests.fake_hub import COMMIT, REPO, FakeHub, Served
 from tests.ui.desktop.test_main_window import make_window
+from ui.desktop.compare.download import format_eta, progress_percent, progress_text
 from ui.desktop.compare.panel import ComparePanel
-from ui.desktop.download import format_eta, progress_percent, progress_text
-from ui.desktop.jobs import job_pool, run_job
 from ui.desktop.main_window import MainWindow
+from ui.desktop.shared.jobs import job_pool, run_job
 
 RESULT_TIMEOUT_MS = 30_000
 DOWNLOAD_TIMEOUT_MS = 120_000
@@ -87,7 +87,7 @@ def hold_after_first_chunk(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Pat
 
     Return the real download, to put back.
     """
-    real = ui.desktop.download.download
+    real = ui.desktop.compare.download.download
 
     def held(
         listing: RepoListing,
@@ -104,7 +104,7 @@ def hold_after_first_chunk(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Pat
 
         return real(listing, entry, progress=report, cancel=cancel, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ui.desktop.download, "download", held)
+    monkeypatch.setattr(ui.desktop.compare.download, "download", held)
     return real
 
 
@@ -257,7 +257,7 @@ def test_cancel_keeps_the_partial_file_and_download_resumes(
     assert not panel.cancel_button.isVisible()
     assert 0 < panel.download_progress.value() < 100
 
-    monkeypatch.setattr(ui.desktop.download, "download", real)
+    monkeypatch.setattr(ui.desktop.compare.download, "download", real)
     hub.clear()
     with qtbot.waitSignal(window.models.model_loaded, timeout=DOWNLOAD_TIMEOUT_MS):
         qtbot.mouseClick(panel.download_button, Qt.MouseButton.LeftButton)

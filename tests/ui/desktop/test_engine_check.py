@@ -21,9 +21,9 @@ from pytestqt.qtbot import QtBot
 
 from tests.ui.desktop.test_main_window import make_window
 from tests.zoo import write_model
-from ui.desktop.engine_check import EngineChecked
 from ui.desktop.main_window import MainWindow
-from ui.desktop.model_card import load_model
+from ui.desktop.memory.engine_check import EngineChecked
+from ui.desktop.shared.model_card import load_model
 
 CHECK_TIMEOUT_MS = 120_000
 

@@ -13,7 +13,7 @@ from pytestqt.qtbot import QtBot
 from app.predict.estimate import estimate
 from app.units import format_bytes
 from tests.ui.desktop.test_main_window import TEST_HARDWARE, make_window
-from ui.desktop.explain_panel import ExplainPanel
+from ui.desktop.explain.panel import ExplainPanel
 from ui.desktop.main_window import MainWindow
 
 

@@ -17,7 +17,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QWidget
 from pytestqt.qtbot import QtBot
 
-import ui.desktop.export_panel as export_panel
+import ui.desktop.export.panel as export_panel
 from app.export.common import model_facts
 from app.export.llama_cpp_python import export_llama_cpp_python
 from app.export.llama_server import export_llama_server
@@ -25,10 +25,10 @@ from app.export.lmstudio import export_lmstudio
 from app.export.ollama import export_ollama
 from app.hardware.devices import Hardware
 from app.planning.runner_plan import fitting_comments
-from ui.desktop.estimate_controller import EstimateController, EstimateState
-from ui.desktop.export_panel import ExportController, ExportPanel
-from ui.desktop.hardware import HardwareChoice
-from ui.desktop.model_card import LoadedModel, load_model
+from ui.desktop.export.panel import ExportController, ExportPanel
+from ui.desktop.shared.estimate_controller import EstimateController, EstimateState
+from ui.desktop.shared.hardware import HardwareChoice
+from ui.desktop.shared.model_card import LoadedModel, load_model
 
 GIB = 1024**3
 CHOICE = HardwareChoice(Hardware.cpu_only(32 * GIB), "Test machine", "profile")

@@ -23,8 +23,8 @@ from pytestqt.qtbot import QtBot
 
 from tests.ui.desktop.test_main_window import LOAD_TIMEOUT_MS, make_window
 from tests.zoo.dense import SPECS, write_spec
-from ui.desktop.estimate_controller import MAX_CONTEXT
 from ui.desktop.main_window import MainWindow
+from ui.desktop.shared.estimate_controller import MAX_CONTEXT
 
 U32, I32, STR = GGUFValueType.UINT32, GGUFValueType.INT32, GGUFValueType.STRING
 

@@ -16,10 +16,10 @@ from pytestqt.modeltest import ModelTester
 from app.hardware.devices import Hardware
 from app.predict.estimate import estimate
 from app.settings import Settings
-from ui.desktop.memory_view import COMPONENTS, MemoryTableModel
-from ui.desktop.model_card import LoadedModel, load_model
+from ui.desktop.memory.panel import COMPONENTS, MemoryTableModel
 from ui.desktop.models.entries import DEMO_ENTRY, entry_for
 from ui.desktop.models.items import SEARCH_ROLE, ModelListModel
+from ui.desktop.shared.model_card import LoadedModel, load_model
 from ui.desktop.verify.rows import ComparisonRow
 from ui.desktop.verify.tables import ComparisonTableModel
 

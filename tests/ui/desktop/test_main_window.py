@@ -23,10 +23,10 @@ from pytestqt.qtbot import QtBot
 from app.hardware.devices import Hardware
 from app.predict.estimate import MemoryEstimate, estimate
 from app.settings import runner_defaults
-from ui.desktop.estimate_controller import fit_settings
 from ui.desktop.main_window import MainWindow
-from ui.desktop.memory_view import COMPONENTS
+from ui.desktop.memory.panel import COMPONENTS
 from ui.desktop.models.entries import DEMO_ENTRY, ModelEntry
+from ui.desktop.shared.estimate_controller import fit_settings
 
 GIB = 1024**3
 LOAD_TIMEOUT_MS = 60_000

@@ -20,9 +20,9 @@ from app.planning.options import own_quant_name
 from app.predict.estimate import estimate
 from tests.ui.desktop.test_main_window import LOAD_TIMEOUT_MS, TEST_HARDWARE, held_only, make_window
 from ui.desktop.main_window import MainWindow
-from ui.desktop.memory_view import COMPONENTS
-from ui.desktop.recommend_panel import GoalForm
-from ui.desktop.settings_panel import FILE_QUANT
+from ui.desktop.memory.panel import COMPONENTS
+from ui.desktop.recommend.panel import GoalForm
+from ui.desktop.settings.panel import FILE_QUANT
 
 PLAN_TIMEOUT_MS = 30_000
 WEIGHTS_ROW = [c.field for c in COMPONENTS].index("weights_bytes")
@@ -136,7 +136,7 @@ def test_selecting_q8_0_estimates_the_simulated_file_and_back(
         calls.append(quant)
         return simulate_quant(spec, quant, **kw)
 
-    monkeypatch.setattr("ui.desktop.estimate_controller.simulate_quant", counting)
+    monkeypatch.setattr("ui.desktop.shared.estimate_controller.simulate_quant", counting)
     slider = window.settings_panel.context.slider
     slider.setValue(slider.maximum() // 2)
     slider.setValue(3)

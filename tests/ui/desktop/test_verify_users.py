@@ -21,8 +21,8 @@ from app.hardware.kernels import cached_rates
 from app.measured.results_db import ResultsDB, quick_file_hash
 from app.measured.users_result import Slo, UsersPlan
 from ui.desktop.main_window import MainWindow
-from ui.desktop.users_plot import UsersPoint, describe
 from ui.desktop.verify.users import users_counts
+from ui.desktop.verify.users_plot import UsersPoint, describe
 
 pytestmark = pytest.mark.engine
 

@@ -32,10 +32,10 @@ from ui.desktop.compare.rows import (
     repo_table,
     runner_choice,
 )
-from ui.desktop.estimate_controller import EstimateController, EstimateState
-from ui.desktop.jobs import LatestJob
-from ui.desktop.model_card import describe_error
-from ui.desktop.speed import SpeedController
+from ui.desktop.shared.estimate_controller import EstimateController, EstimateState
+from ui.desktop.shared.jobs import LatestJob
+from ui.desktop.shared.model_card import describe_error
+from ui.desktop.shared.speed import SpeedController
 
 
 class CompareController(QObject):

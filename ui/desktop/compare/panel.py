@@ -11,7 +11,7 @@ tab is listed and every quant file's header read over HTTP on the pool (nothing
 downloaded, headers cached on disk), then shown as one row per file with source "hub",
 following the settings on screen like the normal rows. The selected hub row can be
 downloaded (every shard, into the Hugging Face cache or a folder the user picks) with
-progress, Cancel and resume by :class:`ui.desktop.download.DownloadController`; its
+progress, Cancel and resume by :class:`ui.desktop.compare.download.DownloadController`; its
 ``finished(path)`` is what the main window opens.
 """
 
@@ -53,21 +53,21 @@ from app.sources.hf import (
     hub_cache_dir,
 )
 from app.units import format_bytes
-from ui.desktop.banner import MessageBanner
 from ui.desktop.compare.chart import CompareChartWidget
 from ui.desktop.compare.controller import CompareController
-from ui.desktop.compare.rows import (
-    CompareResult,
-    what_to_do,
-)
-from ui.desktop.compare.table import CompareTableModel
-from ui.desktop.download import (
+from ui.desktop.compare.download import (
     DownloadController,
     DownloadRequest,
     progress_percent,
     progress_text,
 )
-from ui.desktop.estimate_controller import EstimateController
+from ui.desktop.compare.rows import (
+    CompareResult,
+    what_to_do,
+)
+from ui.desktop.compare.table import CompareTableModel
+from ui.desktop.shared.banner import MessageBanner
+from ui.desktop.shared.estimate_controller import EstimateController
 
 # The Save to box's item data: the Hugging Face cache, and the item that asks for a folder
 # (a chosen folder's item holds its path).

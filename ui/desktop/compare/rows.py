@@ -25,8 +25,8 @@ from app.sources.hf import (
     read_models,
 )
 from app.sources.refs import RepoRef, parse_repo
-from ui.desktop.estimate_controller import EstimateState
-from ui.desktop.speed import model_file_bytes
+from ui.desktop.shared.estimate_controller import EstimateState
+from ui.desktop.shared.speed import model_file_bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,8 +41,8 @@ from app.planning.machines import (
     set_enabled,
 )
 from app.units import format_bytes
-from ui.desktop.model_card import describe_error
-from ui.desktop.record_table import RecordTableModel
+from ui.desktop.shared.model_card import describe_error
+from ui.desktop.shared.record_table import RecordTableModel
 
 ERROR_STYLE: Final = "color: #b3261e;"
 OK_STYLE: Final = "color: #1b5e20;"

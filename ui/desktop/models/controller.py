@@ -1,6 +1,7 @@
 """The Models tab's controller: the open model, the recent list and the library scan.
 
-:class:`ModelController` opens models on the job pool (:func:`ui.desktop.model_card.load_model`),
+:class:`ModelController` opens models on the job pool
+(:func:`ui.desktop.shared.model_card.load_model`),
 remembers the recent ones and the last one in QSettings, scans the library off the GUI
 thread and adds folders to it; a model that cannot be opened is a
 :class:`~ui.desktop.models.entries.ModelFailure`, one line, never a traceback.
@@ -25,16 +26,6 @@ from app.sources.library import (
     add_folder,
     scan_library,
 )
-from ui.desktop.jobs import run_job
-from ui.desktop.model_card import (
-    CatalogSummary,
-    LoadedModel,
-    catalog_summaries,
-    describe_error,
-    load_catalog_model,
-    load_demo_model,
-    load_model,
-)
 from ui.desktop.models.entries import (
     DEMO_ENTRY,
     DEMO_TITLE,
@@ -46,6 +37,16 @@ from ui.desktop.models.entries import (
     entry_for,
 )
 from ui.desktop.models.items import LibraryTreeModel, ModelListModel
+from ui.desktop.shared.jobs import run_job
+from ui.desktop.shared.model_card import (
+    CatalogSummary,
+    LoadedModel,
+    catalog_summaries,
+    describe_error,
+    load_catalog_model,
+    load_demo_model,
+    load_model,
+)
 
 
 def _settings_paths(value: object) -> list[str]:

@@ -19,7 +19,7 @@ from app.sources.library import (
     LibraryIssue,
     Source,
 )
-from ui.desktop.model_card import (
+from ui.desktop.shared.model_card import (
     CatalogSummary,
 )
 

@@ -23,9 +23,6 @@ from app.sources.library import (
     Library,
     LibraryIssue,
 )
-from ui.desktop.model_card import (
-    CatalogSummary,
-)
 from ui.desktop.models.entries import (
     CATALOG_TITLE,
     DEMO_ENTRY,
@@ -33,6 +30,9 @@ from ui.desktop.models.entries import (
     ModelEntry,
     entry_label,
     library_groups,
+)
+from ui.desktop.shared.model_card import (
+    CatalogSummary,
 )
 
 SEARCH_ROLE: Final = Qt.ItemDataRole.UserRole + 1
@@ -92,7 +92,8 @@ class LibraryTreeModel(QStandardItemModel):
     (read-only, one column).
 
     ``Qt.UserRole`` gives the :class:`~app.sources.library.LibraryEntry`,
-    :class:`~app.sources.library.LibraryIssue` or :class:`~ui.desktop.model_card.CatalogSummary` of
+    :class:`~app.sources.library.LibraryIssue` or
+    :class:`~ui.desktop.shared.model_card.CatalogSummary` of
     an entry row (None for a group), :data:`SEARCH_ROLE` the searched text. (A
     ``QStandardItemModel``: Qt owns the tree's parent links.)
     """

@@ -55,15 +55,15 @@ from app.sources.library import (
     Library,
     LibraryEntry,
 )
-from ui.desktop.model_card import (
-    CatalogSummary,
-    LoadedModel,
-)
 from ui.desktop.models.controller import ModelController
 from ui.desktop.models.entries import (
     ModelEntry,
 )
 from ui.desktop.models.items import SEARCH_ROLE
+from ui.desktop.shared.model_card import (
+    CatalogSummary,
+    LoadedModel,
+)
 
 
 def _ask_folder(parent: QWidget) -> str | None:

@@ -35,8 +35,8 @@ from app.predict.estimate import MemoryEstimate, estimate
 from app.predict.speed import SpeedFactors
 from app.settings import Settings
 from runner.worker import Event, StepEvent
-from ui.desktop.jobs import run_job
-from ui.desktop.model_card import CATALOG_NO_FILE, LoadedModel, describe_error
+from ui.desktop.shared.jobs import run_job
+from ui.desktop.shared.model_card import CATALOG_NO_FILE, LoadedModel, describe_error
 from ui.desktop.verify.rows import (
     BenchmarkOutcome,
     EngineFailure,

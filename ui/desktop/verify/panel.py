@@ -12,7 +12,7 @@ and llama.cpp's last log lines, a benchmark error shows as a banner; the app sta
 The estimate compared is for *this machine* (where the engine runs), whatever hardware the
 memory view plans for. A catalog model (``catalog:NAME``, planned from its published
 config) has no file to run: the controller refuses it with
-:data:`~ui.desktop.model_card.CATALOG_NO_FILE` before any child process starts, and the
+:data:`~ui.desktop.shared.model_card.CATALOG_NO_FILE` before any child process starts, and the
 panel disables both buttons and says so.
 """
 
@@ -38,9 +38,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.measured.results_db import StoredRun
-from ui.desktop.banner import MessageBanner
-from ui.desktop.model_card import CATALOG_NO_FILE, LoadedModel
-from ui.desktop.users_plot import UsersPlotWidget, plot_points
+from ui.desktop.shared.banner import MessageBanner
+from ui.desktop.shared.model_card import CATALOG_NO_FILE, LoadedModel
 from ui.desktop.verify.controller import VerifyController
 from ui.desktop.verify.rows import (
     BenchmarkOutcome,
@@ -49,6 +48,7 @@ from ui.desktop.verify.rows import (
 )
 from ui.desktop.verify.tables import ComparisonTableModel, HistoryTableModel
 from ui.desktop.verify.users import UsersOutcome
+from ui.desktop.verify.users_plot import UsersPlotWidget, plot_points
 
 # --- pure: the comparison -----------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from PySide6.QtCore import (
 
 from app.measured.results_db import StoredRun
 from app.units import format_mib
-from ui.desktop.record_table import RIGHT, RecordTableModel
+from ui.desktop.shared.record_table import RIGHT, RecordTableModel
 from ui.desktop.verify.rows import (
     SpeedRow,
     TableRow,

@@ -28,7 +28,7 @@ from app.predict.speed import SpeedFactors
 from app.settings import Settings
 from runner.benchmark import Benchmark
 from runner.dry_run import DryRun
-from ui.desktop.model_card import LoadedModel, describe_error
+from ui.desktop.shared.model_card import LoadedModel, describe_error
 from ui.desktop.verify.rows import (
     BenchmarkOutcome,
     benchmark_rows,

@@ -5,7 +5,7 @@
 (:func:`predict_users_rounds`: the load test's scheduling, the speed model's step times),
 then runs the load test (:class:`runner.load_test.LoadTest`: 1, 2, 4 … users decoding
 together with continuous batching, up to the slots on screen, at least 4) and stores it.
-The answer is a :class:`UsersOutcome`; the panel plots it (:mod:`ui.desktop.users_plot`).
+The answer is a :class:`UsersOutcome`; the panel plots it (:mod:`ui.desktop.verify.users_plot`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from app.predict.speed import SpeedFactors, kernel_needs, workload
 from app.settings import Settings
 from runner.benchmark import physical_cores
 from runner.load_test import LoadTest
-from ui.desktop.model_card import LoadedModel, describe_error
+from ui.desktop.shared.model_card import LoadedModel, describe_error
 
 USERS_TIMEOUT_S: Final = 600.0
 """Per load-test step (loading, each round)."""

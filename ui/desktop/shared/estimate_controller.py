@@ -43,10 +43,10 @@ from app.predict.verdict import Verdict, verdict
 from app.settings import ALL_LAYERS, RUNNERS, RunnerName, Settings, runner_defaults
 from app.sources.projectors import find_projector
 from app.units import DEFAULT_MARGIN_BYTES
-from ui.desktop.hardware import HardwareChoice
-from ui.desktop.jobs import run_job
-from ui.desktop.model_card import LoadedModel
-from ui.desktop.scales import CONTEXT_QUANTUM
+from ui.desktop.shared.hardware import HardwareChoice
+from ui.desktop.shared.jobs import run_job
+from ui.desktop.shared.model_card import LoadedModel
+from ui.desktop.shared.scales import CONTEXT_QUANTUM
 
 RUNNER_TITLES: Final[dict[RunnerName, str]] = {
     "llama-server": "llama-server",

@@ -4,10 +4,10 @@
 recommend`` runs, with the same quant options and speed factors) on the job pool; a newer
 request or Cancel drops an older answer, so the GUI never waits. :meth:`RecommendController.apply`
 puts the plan's settings on the sliders through
-:meth:`~ui.desktop.estimate_controller.EstimateController.update`. The settings apply to
+:meth:`~ui.desktop.shared.estimate_controller.EstimateController.update`. The settings apply to
 the file that is open; when the plan is for another (simulated) quant, Apply also selects
 that level in the Settings panel's Quantization combo
-(:meth:`~ui.desktop.estimate_controller.EstimateController.set_quant`), and
+(:meth:`~ui.desktop.shared.estimate_controller.EstimateController.set_quant`), and
 :func:`apply_note` says that the file has to be downloaded or made with ``llama-quantize``.
 """
 
@@ -46,13 +46,13 @@ from app.planning.planner import recommend, server_argv
 from app.planning.words import RPC_SECURITY_NOTE, fmt_ctx
 from app.predict.speed import SpeedFactors
 from app.units import GIB, format_bytes, format_tps
-from ui.desktop.banner import MessageBanner
 from ui.desktop.compare.rows import compare_options
-from ui.desktop.estimate_controller import EstimateController
-from ui.desktop.jobs import LatestJob
 from ui.desktop.machines.panel import MachinesController
-from ui.desktop.model_card import describe_error
-from ui.desktop.speed import SpeedController, model_file_bytes
+from ui.desktop.shared.banner import MessageBanner
+from ui.desktop.shared.estimate_controller import EstimateController
+from ui.desktop.shared.jobs import LatestJob
+from ui.desktop.shared.model_card import describe_error
+from ui.desktop.shared.speed import SpeedController, model_file_bytes
 
 GOAL_TITLES: Final[dict[GoalName, str]] = {
     "longest-context": "Longest context",

@@ -46,8 +46,8 @@ from app.planning.explain import (
 from app.planning.options import own_quant_name
 from app.predict.speed import SpeedFactors
 from app.units import format_bytes, format_tps
-from ui.desktop.estimate_controller import EstimateController, EstimateState
-from ui.desktop.memory_view import COMPONENTS
+from ui.desktop.memory.panel import COMPONENTS
+from ui.desktop.shared.estimate_controller import EstimateController, EstimateState
 
 _COLOR: Final = {c.field: c.color for c in COMPONENTS}
 _KV_COLOR: Final = _COLOR["kv_bytes"]

@@ -1,7 +1,8 @@
 """Download a quant file (all its shards) from Hugging Face without blocking the window.
 
 :class:`DownloadController` runs :func:`app.sources.hf.download` on the job pool
-(:func:`ui.desktop.jobs.run_job`), forwards its :class:`~app.sources.hf.DownloadProgress` reports
+(:func:`ui.desktop.shared.jobs.run_job`), forwards its
+:class:`~app.sources.hf.DownloadProgress` reports
 to the GUI thread through a queued signal, and ends with exactly one of ``finished(path)``,
 ``failed(line)`` or ``cancelled(line)``. Cancel sets the core's ``threading.Event``: the
 core stops at its next chunk and keeps the partial file, so the next download of the same
@@ -27,8 +28,8 @@ from PySide6.QtCore import QObject, Signal, Slot
 from app.errors import DownloadCancelledError
 from app.sources.hf import DownloadProgress, ModelEntry, RepoListing, download
 from app.units import format_bytes
-from ui.desktop.jobs import job_pool, run_job
-from ui.desktop.model_card import describe_error
+from ui.desktop.shared.jobs import job_pool, run_job
+from ui.desktop.shared.model_card import describe_error
 
 
 def format_eta(seconds: float | None) -> str:

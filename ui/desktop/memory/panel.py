@@ -9,7 +9,7 @@ table under it (keyboard and screen-reader users read them there). Both display 
 :class:`~app.predict.estimate.MemoryEstimate`; neither computes anything.
 
 :class:`MemoryPanel` puts them together with the speed line of
-:class:`ui.desktop.speed.SpeedController` (speed and users, shared with Compare and
+:class:`ui.desktop.shared.speed.SpeedController` (speed and users, shared with Compare and
 Recommend).
 """
 
@@ -55,9 +55,9 @@ from app.planning.users import FIRST_TOKEN_PROMPT
 from app.predict.estimate import DeviceEstimate, MemoryEstimate
 from app.predict.verdict import device_label
 from app.units import format_bytes, format_mib
-from ui.desktop.engine_check import EngineCheckController, EngineChecked, state_key
-from ui.desktop.estimate_controller import EstimateController, EstimateState
-from ui.desktop.speed import SpeedController, SpeedSummary, speed_text
+from ui.desktop.memory.engine_check import EngineCheckController, EngineChecked, state_key
+from ui.desktop.shared.estimate_controller import EstimateController, EstimateState
+from ui.desktop.shared.speed import SpeedController, SpeedSummary, speed_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -581,7 +581,7 @@ _LEVEL_COLORS: Final = {
 class MemoryPanel(QWidget):
     """The Memory tab: verdict, bars, what was resolved, and the table (GUI thread).
 
-    Subscribes to :class:`~ui.desktop.estimate_controller.EstimateController`.
+    Subscribes to :class:`~ui.desktop.shared.estimate_controller.EstimateController`.
     """
 
     def __init__(self, controller: EstimateController, parent: QWidget | None = None) -> None:

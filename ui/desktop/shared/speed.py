@@ -5,7 +5,7 @@ user's own ``ggtune bench`` runs on this machine, as ``ggtune compare`` does,
 :func:`load_speed_factors`) are loaded once per model and hardware on the job pool;
 :func:`app.predict.speed.predict_speed` (~0.2 ms) runs on every tick;
 :func:`app.planning.planner.max_users` (a search, tens of ms and more) runs debounced on
-the pool through :class:`~ui.desktop.jobs.LatestJob`. The Memory view shows its
+the pool through :class:`~ui.desktop.shared.jobs.LatestJob`. The Memory view shows its
 :class:`SpeedSummary`; the Compare and Recommend tabs read its factors.
 """
 
@@ -34,10 +34,10 @@ from app.planning.words import fmt_ctx
 from app.predict.speed import SpeedFactors, SpeedPrediction, predict_speed
 from app.settings import Settings
 from app.units import format_tps, speed_depth
-from ui.desktop.estimate_controller import EstimateController, EstimateState
-from ui.desktop.hardware import HardwareChoice
-from ui.desktop.jobs import LatestJob, run_job
-from ui.desktop.model_card import describe_error
+from ui.desktop.shared.estimate_controller import EstimateController, EstimateState
+from ui.desktop.shared.hardware import HardwareChoice
+from ui.desktop.shared.jobs import LatestJob, run_job
+from ui.desktop.shared.model_card import describe_error
 
 USERS_SLO: Final = Slo()
 """The SLO of the "N users fit" line: the load test's default (first token ≤ 2 s, ≥ 10 tok/s

@@ -17,8 +17,8 @@ from PySide6.QtCore import QObject, Signal
 from app.hardware.devices import Hardware, planned_hardware
 from app.hardware.probe import local_hardware
 from app.units import GIB, format_bytes
-from ui.desktop.jobs import run_job
-from ui.desktop.model_card import describe_error
+from ui.desktop.shared.jobs import run_job
+from ui.desktop.shared.model_card import describe_error
 
 HardwareSource = Literal["local", "planned", "profile"]
 

@@ -1,6 +1,6 @@
 """The engine check in the background: llama.cpp's own figures where the estimate guesses.
 
-:class:`EngineCheckController` watches the :class:`~ui.desktop.estimate_controller.
+:class:`EngineCheckController` watches the :class:`~ui.desktop.shared.estimate_controller.
 EstimateController`. Whenever the estimate is not known to agree with llama.cpp
 (:attr:`~app.predict.estimate.MemoryEstimate.exact` is False: an architecture whose KV
 or compute rule is not checked) it waits until the settings rest for ``debounce_ms``,
@@ -28,8 +28,8 @@ from app.measured.engine_checked import with_engine_figures
 from app.predict.estimate import MemoryEstimate
 from app.predict.verdict import Verdict, verdict
 from runner.engine_check import EngineCheck, EngineCheckResult
-from ui.desktop.estimate_controller import EstimateController, EstimateState
-from ui.desktop.jobs import run_job
+from ui.desktop.shared.estimate_controller import EstimateController, EstimateState
+from ui.desktop.shared.jobs import run_job
 
 DEBOUNCE_MS: Final = 700
 """How long the settings must rest before a check starts (a dry run takes ~1 s)."""

@@ -37,16 +37,16 @@ from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
 from app.settings import ALL_LAYERS, CACHE_TYPES, FLASH_ATTN_MODES, RUNNERS, Settings
 from app.units import GIB
-from ui.desktop.estimate_controller import (
+from ui.desktop.shared.estimate_controller import (
     RUNNER_TITLES,
     EstimateController,
     EstimateState,
     QuantChoice,
     max_context,
 )
-from ui.desktop.hardware import HardwareChoice, HardwareController, describe_hardware
-from ui.desktop.model_card import LoadedModel
-from ui.desktop.scales import context_steps, format_tokens, nearest_step
+from ui.desktop.shared.hardware import HardwareChoice, HardwareController, describe_hardware
+from ui.desktop.shared.model_card import LoadedModel
+from ui.desktop.shared.scales import context_steps, format_tokens, nearest_step
 
 _FLASH_TITLES = {"auto": "Auto", "on": "On", "off": "Off"}
 

@@ -47,9 +47,9 @@ from app.model.spec import ModelSpec
 from app.planning.options import own_quant_name
 from app.planning.runner_plan import RunnerPlan, fitting_comments
 from app.settings import RunnerName, Settings
-from ui.desktop.banner import MessageBanner
-from ui.desktop.estimate_controller import RUNNER_TITLES, EstimateController, EstimateState
-from ui.desktop.model_card import LoadedModel, describe_error
+from ui.desktop.shared.banner import MessageBanner
+from ui.desktop.shared.estimate_controller import RUNNER_TITLES, EstimateController, EstimateState
+from ui.desktop.shared.model_card import LoadedModel, describe_error
 
 SYSTEM_TITLES: Final[dict[SystemName, str]] = {
     "linux": "Linux (systemd, sh)",

@@ -2,7 +2,7 @@
 profiles, compositions such as "2x rtx-3090 + 64 GB DDR5", and a custom-profile editor.
 
 Planning for a profile or a composition goes through
-:meth:`~ui.desktop.hardware.HardwareController.set_hardware` with ``source="profile"``; the
+:meth:`~ui.desktop.shared.hardware.HardwareController.set_hardware` with ``source="profile"``; the
 estimate follows. The probe (:func:`app.hardware.probe.detect`) runs on the job pool, never
 on the GUI thread. Profiles are a few small TOML files (≈25 ms for all of them) and are
 read on the GUI thread when the panel is built and after a custom profile is saved.
@@ -62,11 +62,11 @@ from app.hardware.profiles import (
 )
 from app.hardware.report import HardwareReport
 from app.units import format_bytes
-from ui.desktop.hardware import HardwareController, describe_hardware
-from ui.desktop.jobs import run_job
 from ui.desktop.machines.panel import MachinesBox, MachinesController
-from ui.desktop.model_card import describe_error
-from ui.desktop.record_table import RIGHT, RecordTableModel
+from ui.desktop.shared.hardware import HardwareController, describe_hardware
+from ui.desktop.shared.jobs import run_job
+from ui.desktop.shared.model_card import describe_error
+from ui.desktop.shared.record_table import RIGHT, RecordTableModel
 
 ERROR_STYLE: Final = "color: #b3261e;"
 OK_STYLE: Final = "color: #1b5e20;"

@@ -1,0 +1,1 @@
+"""The Hardware tab: this machine, the profiles, and custom hardware."""

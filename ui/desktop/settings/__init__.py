@@ -1,0 +1,1 @@
+"""The Settings panel: the run settings the estimate uses (context, quant, offload, runner)."""

@@ -1,0 +1,1 @@
+"""What several tabs share: jobs, the open model and its estimate, hardware, speed, banner."""
