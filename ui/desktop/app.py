@@ -10,8 +10,8 @@ from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
 from app.paths import icons_dir
-from ui.desktop.jobs import GuiCollector
 from ui.desktop.main_window import MainWindow
+from ui.desktop.shared.jobs import GuiCollector
 
 ORGANIZATION: Final = "ggtune"
 APPLICATION: Final = "ggtune"
@@ -36,7 +36,8 @@ def app_icon() -> QIcon:
 
 def make_application() -> QApplication:
     """Return the QApplication (made once), named and with the window icon set; Python's
-    garbage collector then runs on the GUI thread only (:class:`~ui.desktop.jobs.GuiCollector`)."""
+    garbage collector then runs on the GUI thread only
+    (:class:`~ui.desktop.shared.jobs.GuiCollector`)."""
     app = QApplication.instance() or QApplication(sys.argv)
     assert isinstance(app, QApplication), "a QApplication is needed"
     if app.findChild(GuiCollector) is None:

@@ -9,7 +9,7 @@ not collected at all. Otherwise every test here:
 * fails when it leaves a QThread running, a pool job unfinished, or a child process alive
   (after napari's ``_dangling_qthreads``);
 * runs Python's garbage collector on the GUI thread only, as the app does
-  (:class:`ui.desktop.jobs.GuiCollector`), and collects after each test: a test's
+  (:class:`ui.desktop.shared.jobs.GuiCollector`), and collects after each test: a test's
   controllers without a Qt parent are Python's to delete, and collected from a pool thread
   they were deleted there (a flaky SIGSEGV in a full run).
 """
@@ -61,7 +61,7 @@ else:
     @pytest.fixture(scope="session")
     def _gui_collector(qapp: object) -> Iterator[None]:
         """Collect garbage on the GUI thread only, for the whole session."""
-        from ui.desktop.jobs import GuiCollector
+        from ui.desktop.shared.jobs import GuiCollector
 
         collector = GuiCollector()
         yield

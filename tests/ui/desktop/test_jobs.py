@@ -1,7 +1,7 @@
 """The job pool's object lifetimes: callbacks reach live parents only, and Python's garbage
 collector never runs on a pool thread (a QObject it collects is deleted where it runs).
 
-The flaky SIGSEGV at ``ui/desktop/jobs.py``'s relay ``emit`` came from both: a relay that
+The flaky SIGSEGV at ``ui/desktop/shared/jobs.py``'s relay ``emit`` came from both: a relay that
 was a child of a parentless controller, collected (and so deleted) by a collection that a
 pool thread's allocations triggered while another pool thread emitted on it. Reproduced
 outside pytest with 400 such controllers and allocating jobs at ``gc.set_threshold(50, 5,
@@ -22,7 +22,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QObject, QThreadPool, Signal
 from pytestqt.qtbot import QtBot
 
-from ui.desktop.jobs import GuiCollector, run_job
+from ui.desktop.shared.jobs import GuiCollector, run_job
 
 
 class _Controller(QObject):
