@@ -129,7 +129,7 @@ def _drive(scratch: Path) -> dict[str, Any]:
     from app.predict.estimate import estimate
     from ui.desktop.app import make_application
     from ui.desktop.main_window import MainWindow
-    from ui.desktop.memory.panel import COMPONENTS
+    from ui.desktop.memory.components import COMPONENTS
 
     app = make_application()
 

@@ -16,7 +16,8 @@ from pytestqt.modeltest import ModelTester
 from app.hardware.devices import Hardware
 from app.predict.estimate import estimate
 from app.settings import Settings
-from ui.desktop.memory.panel import COMPONENTS, MemoryTableModel
+from ui.desktop.memory.components import COMPONENTS
+from ui.desktop.memory.table import MemoryTableModel
 from ui.desktop.models.entries import DEMO_ENTRY, entry_for
 from ui.desktop.models.items import SEARCH_ROLE, ModelListModel
 from ui.desktop.shared.model_card import LoadedModel, load_model

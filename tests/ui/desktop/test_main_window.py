@@ -24,7 +24,7 @@ from app.hardware.devices import Hardware
 from app.predict.estimate import MemoryEstimate, estimate
 from app.settings import runner_defaults
 from ui.desktop.main_window import MainWindow
-from ui.desktop.memory.panel import COMPONENTS
+from ui.desktop.memory.components import COMPONENTS
 from ui.desktop.models.entries import DEMO_ENTRY, ModelEntry
 from ui.desktop.shared.estimate_controller import fit_settings
 

@@ -10,7 +10,8 @@ from app.hardware.devices import Device, Hardware
 from app.planning.runner_plan import plan_runner
 from tests.ui.desktop.test_main_window import GIB, make_window
 from ui.desktop.main_window import MainWindow
-from ui.desktop.memory.panel import COMPONENTS, device_tooltip
+from ui.desktop.memory.components import COMPONENTS
+from ui.desktop.memory.words import device_tooltip
 
 FLAGS = ("avx", "avx2", "f16c", "fma")
 

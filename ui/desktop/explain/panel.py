@@ -46,7 +46,7 @@ from app.planning.explain import (
 from app.planning.options import own_quant_name
 from app.predict.speed import SpeedFactors
 from app.units import format_bytes, format_tps
-from ui.desktop.memory.panel import COMPONENTS
+from ui.desktop.memory.components import COMPONENTS
 from ui.desktop.shared.estimate_controller import EstimateController, EstimateState
 
 _COLOR: Final = {c.field: c.color for c in COMPONENTS}
