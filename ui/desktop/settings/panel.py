@@ -12,10 +12,7 @@ own quant level and every level :mod:`app.model.quant` can simulate from it
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
-from PySide6.QtCore import QObject, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
@@ -37,6 +34,7 @@ from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
 from app.settings import ALL_LAYERS, CACHE_TYPES, FLASH_ATTN_MODES, RUNNERS, Settings
 from app.units import GIB
+from ui.desktop.settings.context import ContextControl
 from ui.desktop.shared.estimate_controller import (
     RUNNER_TITLES,
     EstimateController,
@@ -46,7 +44,7 @@ from ui.desktop.shared.estimate_controller import (
 )
 from ui.desktop.shared.hardware import HardwareChoice, HardwareController, describe_hardware
 from ui.desktop.shared.model_card import LoadedModel
-from ui.desktop.shared.scales import context_steps, format_tokens, nearest_step
+from ui.desktop.shared.widgets import signals_blocked
 
 _FLASH_TITLES = {"auto": "Auto", "on": "On", "off": "Off"}
 
@@ -64,20 +62,6 @@ def quant_title(choice: QuantChoice) -> str:
     return f"{choice.name} — simulated{extra}"
 
 
-@contextlib.contextmanager
-def signals_blocked(*objects: QObject) -> Iterator[None]:
-    """Block the signals of ``objects`` for the ``with`` body, then restore them.
-
-    One context for many widgets (``QSignalBlocker`` takes one object each).
-    """
-    previous = [o.blockSignals(True) for o in objects]
-    try:
-        yield
-    finally:
-        for o, was in zip(objects, previous, strict=True):
-            o.blockSignals(was)
-
-
 def _form(box: QGroupBox) -> QFormLayout:
     form = QFormLayout(box)
     form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
@@ -89,49 +73,6 @@ def _label(text: str, buddy: QWidget) -> QLabel:
     label = QLabel(text)
     label.setBuddy(buddy)
     return label
-
-
-class ContextControl(QWidget):
-    """A logarithmic slider (snapping to 256 tokens) and a number box, kept in step.
-
-    ``slider`` positions index :attr:`steps`; the box takes any value in range.
-    """
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.steps: tuple[int, ...] = context_steps(4096)
-        self.slider = QSlider(Qt.Orientation.Horizontal)
-        self.slider.setAccessibleName("Context size")
-        self.spin = QSpinBox()
-        self.spin.setSuffix(" tokens")
-        self.spin.setSingleStep(256)
-        self.spin.setAccelerated(True)
-        self.spin.setKeyboardTracking(False)
-        self.spin.setAccessibleName("Context size in tokens")
-        self.spin.setGroupSeparatorShown(True)
-        self.spin.setMinimumWidth(120)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.slider, 1)
-        layout.addWidget(self.spin)
-        self.set_maximum(4096)
-
-    def set_maximum(self, max_tokens: int) -> None:
-        """Let the context go up to ``max_tokens`` (signals blocked)."""
-        value = self.spin.value()
-        self.steps = context_steps(max_tokens)
-        with signals_blocked(self.slider, self.spin):
-            self.slider.setRange(0, len(self.steps) - 1)
-            self.slider.setPageStep(max(1, len(self.steps) // 8))
-            self.spin.setRange(self.steps[0], self.steps[-1])
-        self.show_value(value)
-
-    def show_value(self, n_tokens: int) -> None:
-        """Show ``n_tokens`` in both controls (signals blocked)."""
-        with signals_blocked(self.slider, self.spin):
-            self.spin.setValue(n_tokens)
-            self.slider.setValue(nearest_step(self.steps, n_tokens))
-        self.slider.setToolTip(f"{n_tokens:,} tokens ({format_tokens(n_tokens)})")
 
 
 class SettingsPanel(QWidget):
