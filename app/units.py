@@ -88,3 +88,27 @@ def format_tps(x: float) -> str:
     if x >= 1:
         return f"{x:.1f}"
     return f"{x:.2g}"
+
+
+def format_seconds(seconds: float) -> str:
+    """Return a duration a reader takes in at a glance: "0.40 s", "12 s", "31 min", "2.1 h".
+
+    >>> format_seconds(0.404), format_seconds(12.3), format_seconds(1891.91), format_seconds(7560)
+    ('0.40 s', '12 s', '32 min', '2.1 h')
+    """
+    if seconds < 10:
+        return f"{seconds:.2f} s"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def plural(n: int, word: str) -> str:
+    """Return "1 user", "6 users": a count with its noun (English, regular plurals).
+
+    >>> plural(1, "user"), plural(6, "user"), plural(0, "layer")
+    ('1 user', '6 users', '0 layers')
+    """
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"

@@ -95,15 +95,17 @@ class RpcHost:
 class Goal:
     """What the user wants (see the module doc); sizes in tokens, bytes and tok/s.
 
-    ``ctx``: context per user (fastest/best-quality/users; default 4096); ``min_ctx``: a
-    floor for any goal; ``n_users``/``min_tok_per_s``: the users goal (each user at
-    ``ctx`` tokens of depth must get ``min_tok_per_s``); ``leave_free_bytes``: kept free
-    on every device above the margin; ``max_kld``: weight quants worse than this are not
-    picked unless they are the user's own file; ``kv_types``: cache types allowed.
+        ``ctx``: context per user (fastest/best-quality/users; default 4096); ``min_ctx``: a
+        floor for any goal; ``n_users``/``min_tok_per_s``: the users goal (each user at
+        ``ctx`` tokens of depth must get ``min_tok_per_s``); ``leave_free_bytes``: kept free
+        on every device above the margin; ``max_kld``: weight quants worse than this are not
+        picked unless they are the user's own file; ``kv_types``: cache types allowed (the K and
+    V caches alike, unless ``cache_type_v`` names V's: then every plan has K of ``kv_types``
+    and that V, as llama-server ``-ctk q8_0 -ctv f16``).
 
-    ``draft``: a speculative draft model to consider (``draft_acceptance`` α, at most
-    ``draft_max`` drafted tokens per step); ``rpc_hosts``: remote machines to split over
-    with llama.cpp's RPC backend, joined by ``link`` (see the module doc).
+        ``draft``: a speculative draft model to consider (``draft_acceptance`` α, at most
+        ``draft_max`` drafted tokens per step); ``rpc_hosts``: remote machines to split over
+        with llama.cpp's RPC backend, joined by ``link`` (see the module doc).
     """
 
     name: GoalName
@@ -115,6 +117,7 @@ class Goal:
     margin_bytes: int = DEFAULT_MARGIN_BYTES
     max_kld: float | None = DEFAULT_MAX_KLD
     kv_types: tuple[CacheType, ...] = ("f16", "q8_0")
+    cache_type_v: CacheType | None = None
     draft: ModelSpec | None = None
     draft_acceptance: float = DEFAULT_DRAFT_ACCEPTANCE
     draft_max: int = 16

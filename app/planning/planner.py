@@ -407,7 +407,10 @@ def _variants(
                 )
             )
     for kv in goal.kv_types:
-        fa_modes: tuple[Literal["on", "off"], ...] = ("on", "off") if kv == "f16" else ("on",)
+        v_type = goal.cache_type_v or kv
+        # a quantized V cache needs flash attention (llama-context.cpp refuses it without)
+        plain = kv == "f16" and v_type == "f16"
+        fa_modes: tuple[Literal["on", "off"], ...] = ("on", "off") if plain else ("on",)
         for fa in fa_modes:
             for unified in (False, True) if users > 1 else (False,):
                 for split in splits:
@@ -416,7 +419,7 @@ def _variants(
                             Settings(
                                 n_ctx=DEFAULT_CTX,
                                 cache_type_k=kv,
-                                cache_type_v=kv,
+                                cache_type_v=v_type,
                                 flash_attn=fa,
                                 n_parallel=users,
                                 kv_unified=unified,

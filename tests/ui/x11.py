@@ -178,19 +178,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if name == "run":
             p.add_argument("steps", nargs="*")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as config, desktop(args.screen) as env:
-        with app(
+    with (
+        tempfile.TemporaryDirectory() as config,
+        desktop(args.screen) as env,
+        app(
             env,
             size=args.size,
             scale=args.scale,
             view=args.view,
             model=args.model,
             config=Path(config),
-        ):
-            if args.command == "shoot":
-                grab(env, args.out)
-            else:
-                play(env, args.steps)
+        ),
+    ):
+        if args.command == "shoot":
+            grab(env, args.out)
+        else:
+            play(env, args.steps)
     return 0
 
 

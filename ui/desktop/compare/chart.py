@@ -31,6 +31,21 @@ from app.units import format_bytes, format_tps
 
 ChartMetric = Literal["memory", "speed"]
 
+NO_SPEED: Final = "does not fit: no speed"
+"""What a row that does not fit shows instead of a speed (it cannot run at all)."""
+
+
+def runs(row: CompareRow) -> bool:
+    """Whether the row's plan can run, so that its speeds mean something."""
+    return row.fits is not False and row.error is None
+
+
+def speed_words(row: CompareRow) -> str:
+    """Return "13 tok/s", or why there is no speed."""
+    if row.error:
+        return "header not read"
+    return f"{format_tps(row.decode_tok_per_s)} tok/s" if runs(row) else NO_SPEED
+
 
 _BAR_H: Final = 16
 
@@ -76,10 +91,7 @@ class CompareChartWidget(QWidget):
         """Show ``rows``."""
         self._rows = rows
         self.setAccessibleDescription(
-            "; ".join(
-                f"{r.quant}: {format_bytes(r.total_bytes)}, {format_tps(r.decode_tok_per_s)} tok/s"
-                for r in rows
-            )
+            "; ".join(f"{r.quant}: {format_bytes(r.total_bytes)}, {speed_words(r)}" for r in rows)
         )
         self.updateGeometry()
         self.update()
@@ -139,10 +151,13 @@ class CompareChartWidget(QWidget):
         if self._metric == "memory":
             top_value = float(max([r.total_bytes for r in self._rows] + [cap or 0, 1]))
         else:
-            top_value = max([r.decode_tok_per_s for r in self._rows] + [1e-9])
+            top_value = max([r.decode_tok_per_s for r in self._rows if runs(r)] + [1e-9])
         for i, row in enumerate(self._rows):
             y = _PAD + i * (_BAR_H + _GAP)
-            value = row.total_bytes if self._metric == "memory" else row.decode_tok_per_s
+            if self._metric == "memory":
+                value: float = row.total_bytes
+            else:  # a plan that does not fit has no speed: no bar
+                value = row.decode_tok_per_s if runs(row) else 0.0
             w = width * value / top_value
             font = painter.font()
             font.setBold(row.on_disk)
@@ -178,7 +193,7 @@ class CompareChartWidget(QWidget):
             elif self._metric == "memory":
                 label = format_bytes(row.total_bytes)
             else:
-                label = f"{format_tps(row.decode_tok_per_s)} tok/s"
+                label = speed_words(row)
             painter.setPen(text)
             painter.drawText(QPointF(left + w + 6, y + _BAR_H - 4), label)
         font = painter.font()

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from app.planning.compare import HUB_ORIGIN, CompareRow
 from app.units import format_bytes, format_tps
+from ui.desktop.compare.chart import runs
 from ui.desktop.compare.rows import (
     CompareResult,
 )
@@ -103,6 +104,8 @@ class CompareTableModel(QAbstractTableModel):
             return f"{format_bytes(used)} of {format_bytes(cap)}", used
         if kind == "Fits":
             return row.fits_text, row.fits
+        if kind in ("Writing tok/s", "Reading tok/s") and not runs(row):
+            return "—", None  # it cannot load, so it has no speed
         if kind == "Writing tok/s":
             return format_tps(row.decode_tok_per_s), row.decode_tok_per_s
         if kind == "Reading tok/s":
@@ -156,6 +159,8 @@ class CompareTableModel(QAbstractTableModel):
                 f"How far its answers drift from the full-precision model (KL divergence"
                 f"{ppl}), measured on {row.quality_measured_on or 'another model'}; lower is better"
             )
+        if kind in ("Writing tok/s", "Reading tok/s") and not runs(row):
+            return f"{row.quant} does not fit these settings here, so it has no speed"
         if kind == "Writing tok/s":
             return "Predicted tokens per second while writing the answer, one user"
         if kind == "Reading tok/s":

@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QHeaderView, QLabel, QTableView, QVBoxLayout, QWidget
 
 from app.planning.users import FIRST_TOKEN_PROMPT
+from app.units import format_seconds
 from ui.desktop.memory.bars import MemoryBarsWidget
 from ui.desktop.memory.engine_check import EngineCheckController, EngineChecked, state_key
 from ui.desktop.memory.table import MemoryTableModel
@@ -113,8 +114,8 @@ class MemoryPanel(QWidget):
         if summary.users is not None and summary.users.ttft_s is not None:
             tip += (
                 f"\nWith {summary.users.n_users} arriving at once the last first token comes "
-                f"after {summary.users.ttft_s:.2f} s (predicted, {FIRST_TOKEN_PROMPT}-token "
-                "prompts); Verify's Users run measures it."
+                f"after {format_seconds(summary.users.ttft_s)} (predicted, "
+                f"{FIRST_TOKEN_PROMPT}-token prompts); Verify's Users run measures it."
             )
         self.speed_label.setToolTip(tip)
 

@@ -11,6 +11,7 @@ the pool through :class:`~ui.desktop.shared.jobs.LatestJob`. The Memory view sho
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Final
@@ -26,14 +27,14 @@ from app.hardware.devices import Hardware
 from app.measured.users_result import Slo
 from app.model.catalog import is_catalog
 from app.model.spec import ModelSpec
-from app.planning.goals import KV_TYPES, Goal
+from app.planning.goals import Goal
 from app.planning.options import QuantOption, quant_options
 from app.planning.planner import Capacity, max_users
 from app.planning.users import MeasuredUsers, UsersAnswer, measured_users, users_within_slo
 from app.planning.words import fmt_ctx
 from app.predict.speed import SpeedFactors, SpeedPrediction, predict_speed
 from app.settings import Settings
-from app.units import format_tps, speed_depth
+from app.units import format_seconds, format_tps, plural, speed_depth
 from ui.desktop.shared.estimate_controller import EstimateController, EstimateState
 from ui.desktop.shared.hardware import HardwareChoice
 from ui.desktop.shared.jobs import LatestJob, run_job
@@ -43,6 +44,9 @@ USERS_SLO: Final = Slo()
 """The SLO of the "N users fit" line: the load test's default (first token ≤ 2 s, ≥ 10 tok/s
 each), so Verify's Users run measures the same thing."""
 USERS_MIN_TOK_PER_S: Final = USERS_SLO.min_tok_per_s
+USERS_MAX: Final = 256
+"""Where the users search stops (llama-server's -np limit): a count there reads "256 or
+more"."""
 """The per-user speed the "users that fit" line asks for: faster than people read."""
 
 
@@ -92,16 +96,17 @@ class SpeedSummary:
     """The users that also get their first token in time (:data:`USERS_SLO`)."""
     measured: MeasuredUsers | None = None
     """The newest load test of this file under the same SLO (Verify's Users run), if any."""
+    no_speed: str | None = None
+    """Why there is no prediction: the settings do not fit, so nothing would run."""
 
 
 def users_goal(settings: Settings, margin_bytes: int) -> Goal:
-    """Return the "users" goal for the line: the settings' own cache type when the planner
-    knows it (else its defaults), the verdict's margin."""
-    same = settings.cache_type_k == settings.cache_type_v
-    kv = (settings.cache_type_k,) if same and settings.cache_type_k in KV_TYPES else None
-    if kv is None:
-        return Goal("users", margin_bytes=margin_bytes)
-    return Goal("users", margin_bytes=margin_bytes, kv_types=kv)
+    """Return the "users" goal for the line: the settings' own K and V cache types (mixed
+    ones too: K q8_0 with V f16 holds fewer users than q8_0 for both), the verdict's margin."""
+    k, v = settings.cache_type_k, settings.cache_type_v
+    return Goal(
+        "users", margin_bytes=margin_bytes, kv_types=(k,), cache_type_v=None if v == k else v
+    )
 
 
 def users_capacity(
@@ -117,7 +122,7 @@ def users_capacity(
         goal=users_goal(settings, margin),
         options=(option,),
         factors=f,
-        max_n=256,
+        max_n=USERS_MAX,
     )
 
 
@@ -134,11 +139,13 @@ def speed_text(summary: SpeedSummary) -> str:
     whether the figures are calibrated or measured."""
     parts = []
     p = summary.prediction
+    if summary.no_speed is not None:
+        parts.append(f"No speed: {summary.no_speed}")
     if p is not None:
         parts.append(
             f"~{format_tps(p.decode_tok_per_s)} tok/s writing, "
             f"~{format_tps(p.prefill_tok_per_s)} tok/s reading the prompt, "
-            f"first token after {p.ttft_s:.2f} s ({p.n_prompt}-token prompt)"
+            f"first token after {format_seconds(p.ttft_s)} ({p.n_prompt}-token prompt)"
         )
     if summary.error is not None:
         parts.append(f"users: could not work out ({summary.error})")
@@ -148,10 +155,12 @@ def speed_text(summary: SpeedSummary) -> str:
         answer = summary.users
         n = answer.n_users if answer is not None else summary.capacity.n_users
         slo = USERS_SLO.describe() if answer is not None else f"≥ {USERS_MIN_TOK_PER_S:g} tok/s"
-        text = (
-            f"{n} user{'' if n == 1 else 's'} fit{'s' if n == 1 else ''} with "
-            f"{fmt_ctx(summary.ctx_per_user)} each ({slo}; predicted"
+        count = (
+            f"{n} or more users fit"
+            if n >= USERS_MAX
+            else plural(n, "user") + (" fits" if n == 1 else " fit")
         )
+        text = f"{count} with {fmt_ctx(summary.ctx_per_user)} each ({slo}; predicted"
         m = summary.measured
         if m is not None:
             text += (
@@ -220,7 +229,12 @@ class SpeedController(QObject):
             return
         self._maybe_load_factors(state.model.spec, state.hardware)
         prediction = None
-        if state.estimate is not None:
+        no_speed = None
+        if state.error is not None:
+            no_speed = "these settings cannot run"
+        elif state.estimate is not None and state.estimate.fits is False:
+            no_speed = "these settings do not fit, so nothing would run"
+        elif state.estimate is not None:
             try:
                 prediction = predict_speed(
                     state.spec or state.model.spec,
@@ -244,7 +258,9 @@ class SpeedController(QObject):
         same = key == self._users_key
         capacity = self._summary.capacity if same else None
         users = self._summary.users if same else None
-        self._summary = SpeedSummary(prediction, capacity, ctx, None, users, self._measured)
+        self._summary = SpeedSummary(
+            prediction, capacity, ctx, None, users, self._measured, no_speed=no_speed
+        )
         if key != self._users_key:
             self._users_key = key
             self._request_users(state)
@@ -266,15 +282,18 @@ class SpeedController(QObject):
         self._users.request(job)
 
     def _on_users_done(self, answer: UsersAnswer) -> None:
-        s = self._summary
-        self._summary = SpeedSummary(
-            s.prediction, answer.capacity, s.ctx_per_user, None, answer, self._measured
+        self._summary = dataclasses.replace(
+            self._summary,
+            capacity=answer.capacity,
+            error=None,
+            users=answer,
+            measured=self._measured,
         )
         self.speed_changed.emit(self._summary)
 
     def _on_users_failed(self, error: Exception) -> None:
-        self._summary = SpeedSummary(
-            self._summary.prediction, None, self._summary.ctx_per_user, describe_error(error)
+        self._summary = dataclasses.replace(
+            self._summary, capacity=None, error=describe_error(error), users=None
         )
         self.speed_changed.emit(self._summary)
 

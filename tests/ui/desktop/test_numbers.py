@@ -1,0 +1,107 @@
+"""Issue 18, "wrong or misleading numbers": no number on screen that a user would read
+wrongly — no speed for a plan that cannot run, users counted at the cache types set, the
+same layer count everywhere, sizes that say what they count.
+
+The numbers expected come from the core for the same model, settings and hardware.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QSettings, Qt
+from pytestqt.qtbot import QtBot
+
+from app.hardware.devices import Hardware, planned_hardware
+from app.model.catalog import CATALOG_DIR, catalog_header, load_entry
+from app.model.quant import simulate_quant
+from app.model.spec import model_spec
+from app.planning.options import quant_options
+from app.predict.speed import SpeedFactors
+from app.settings import Settings
+from tests.ui.desktop.test_compare import wait_for_rows
+from tests.ui.desktop.test_main_window import make_window
+from ui.desktop.compare.chart import NO_SPEED, speed_words
+from ui.desktop.main_window import MainWindow
+from ui.desktop.shared.speed import speed_text, users_capacity, users_goal
+
+GIB = 1024**3
+MIB = 1024**2
+TINY = Hardware.cpu_only(200 * MIB, cpu_flags=("avx", "avx2", "f16c", "fma"))
+
+
+def _qwen3_8b_q4_k_m() -> object:
+    spec = model_spec(catalog_header(load_entry(CATALOG_DIR / "qwen3-8b.json")))
+    return simulate_quant(spec, "Q4_K_M").spec
+
+
+@pytest.fixture
+def tiny_window(qtbot: QtBot, qsettings: QSettings) -> MainWindow:
+    window = make_window(qtbot, qsettings)
+    window.hardware.set_hardware(TINY, "Tiny: 200 MiB RAM", "profile")
+    return window
+
+
+def test_no_speed_is_shown_for_settings_that_do_not_fit(
+    qtbot: QtBot, tiny_window: MainWindow
+) -> None:
+    state = tiny_window.estimates.state
+    assert state.verdict is not None
+    assert state.verdict.level == "does_not_fit"
+    speed = tiny_window.memory_panel.speed
+    qtbot.waitUntil(lambda: speed.summary.no_speed is not None, timeout=10_000)
+    line = tiny_window.memory_panel.speed_label.text()
+    assert line.startswith("No speed: these settings do not fit")
+    assert "tok/s writing" not in line
+    assert speed.summary.prediction is None
+    assert speed_text(speed.summary) == line
+
+
+def test_compare_shows_no_speed_for_a_quant_that_does_not_fit(
+    qtbot: QtBot, tiny_window: MainWindow
+) -> None:
+    tiny_window.estimates.update(n_ctx=4096, n_parallel=1, kv_unified=False)
+    tiny_window.tabs.setCurrentWidget(tiny_window.compare_panel)
+    wait_for_rows(qtbot, tiny_window)
+    model = tiny_window.compare_panel.table_model
+    headers = [model.headerData(c, Qt.Orientation.Horizontal) for c in range(model.columnCount())]
+    writing, reading = headers.index("Writing tok/s"), headers.index("Reading tok/s")
+    rows = model.rows
+    assert any(r.fits is False for r in rows), "the tiny machine holds none of the big quants"
+    for i, row in enumerate(rows):
+        if row.fits is False:
+            assert model.index(i, writing).data() == "—"
+            assert model.index(i, reading).data() == "—"
+            assert model.index(i, writing).data(Qt.ItemDataRole.UserRole) is None
+            assert "does not fit" in model.index(i, writing).data(Qt.ItemDataRole.ToolTipRole)
+            assert speed_words(row) == NO_SPEED
+        else:
+            assert model.index(i, writing).data() != "—"
+
+
+def test_users_are_counted_at_the_cache_types_set() -> None:
+    """K q8_0 + V f16 holds fewer users than q8_0 for both: the line must not plan the
+    second when the first is set."""
+    spec = _qwen3_8b_q4_k_m()
+    hardware = planned_hardware(Hardware.cpu_only(32 * GIB), gpu_bytes=[12 * GIB])
+    (own,) = quant_options(spec, simulate=None, file_bytes=spec.weights_bytes)  # type: ignore[arg-type]
+
+    def users(k: str, v: str) -> tuple[int, tuple[str, str]]:
+        settings = Settings(
+            n_ctx=4 * 16384, n_parallel=4, cache_type_k=k, cache_type_v=v, flash_attn="on"
+        )
+        goal = users_goal(settings, GIB)
+        assert goal.kv_types == (k,)
+        capacity = users_capacity(own, hardware, settings, GIB, SpeedFactors())
+        assert capacity.plan is not None
+        placed = capacity.plan.settings
+        return capacity.n_users, (placed.cache_type_k, placed.cache_type_v)
+
+    mixed, mixed_types = users("q8_0", "f16")
+    both, both_types = users("q8_0", "q8_0")
+    assert mixed_types == ("q8_0", "f16")
+    assert both_types == ("q8_0", "q8_0")
+    assert mixed < both
