@@ -42,7 +42,8 @@ from ui.desktop.memory.panel import MemoryPanel
 from ui.desktop.models.controller import ModelController
 from ui.desktop.models.entries import ModelFailure
 from ui.desktop.models.panel import ModelsPanel
-from ui.desktop.recommend.panel import RecommendController, RecommendPanel
+from ui.desktop.recommend.controller import RecommendController
+from ui.desktop.recommend.panel import RecommendPanel
 from ui.desktop.settings.panel import SettingsPanel
 from ui.desktop.shared.banner import MessageBanner
 from ui.desktop.shared.estimate_controller import EstimateController

@@ -22,7 +22,7 @@ from app.planning.machines import RemoteMachine, add_machine, load_machines
 from tests.ui.desktop.test_main_window import make_window
 from tests.ui.desktop.test_recommend import PLAN_TIMEOUT_MS
 from ui.desktop.machines.panel import MachinesBox, MachinesController, MachinesTableModel
-from ui.desktop.recommend.panel import GoalForm, RecommendOutcome
+from ui.desktop.recommend.rows import GoalForm, RecommendOutcome
 
 
 @pytest.fixture

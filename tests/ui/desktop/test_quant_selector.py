@@ -21,7 +21,7 @@ from app.predict.estimate import estimate
 from tests.ui.desktop.test_main_window import LOAD_TIMEOUT_MS, TEST_HARDWARE, held_only, make_window
 from ui.desktop.main_window import MainWindow
 from ui.desktop.memory.components import COMPONENTS
-from ui.desktop.recommend.panel import GoalForm
+from ui.desktop.recommend.rows import GoalForm
 from ui.desktop.settings.panel import FILE_QUANT
 
 PLAN_TIMEOUT_MS = 30_000

@@ -20,7 +20,7 @@ from app.planning.planner import recommend
 from app.predict.estimate import estimate
 from tests.ui.desktop.test_main_window import TEST_HARDWARE, held_only, make_window
 from ui.desktop.main_window import MainWindow
-from ui.desktop.recommend.panel import GoalForm, RecommendOutcome
+from ui.desktop.recommend.rows import GoalForm, RecommendOutcome
 from ui.desktop.shared.estimate_controller import fit_settings
 
 PLAN_TIMEOUT_MS = 30_000
@@ -123,7 +123,7 @@ def test_planner_error_is_a_banner(
     def broken(*_args: object, **_kwargs: object) -> None:
         raise GGTuneError("the planner cannot answer this")
 
-    monkeypatch.setattr("ui.desktop.recommend.panel.recommend", broken)
+    monkeypatch.setattr("ui.desktop.recommend.rows.recommend", broken)
     window.tabs.setCurrentWidget(window.recommend_panel)
     qtbot.waitUntil(lambda: not window.recommender.busy, timeout=PLAN_TIMEOUT_MS)
     panel = window.recommend_panel

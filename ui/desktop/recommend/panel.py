@@ -1,24 +1,15 @@
 """The Recommend tab: say what matters, get settings for it, the reasons, and the runner-up.
 
-:class:`RecommendController` runs :func:`app.planning.planner.recommend` (the search ``ggtune
-recommend`` runs, with the same quant options and speed factors) on the job pool; a newer
-request or Cancel drops an older answer, so the GUI never waits. :meth:`RecommendController.apply`
-puts the plan's settings on the sliders through
-:meth:`~ui.desktop.shared.estimate_controller.EstimateController.update`. The settings apply to
-the file that is open; when the plan is for another (simulated) quant, Apply also selects
-that level in the Settings panel's Quantization combo
-(:meth:`~ui.desktop.shared.estimate_controller.EstimateController.set_quant`), and
-:func:`apply_note` says that the file has to be downloaded or made with ``llama-quantize``.
+:class:`RecommendPanel` holds the goal form, Run / Cancel / Apply, the plan in words and the
+runner-up; :class:`~ui.desktop.recommend.controller.RecommendController` runs the search and
+applies it, :mod:`ui.desktop.recommend.rows` says what the form and the answer hold.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import shlex
-from dataclasses import dataclass
 from typing import Final
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QBoxLayout,
@@ -37,268 +28,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.hardware.devices import Hardware
-from app.model.spec import ModelSpec
-from app.planning.goals import Candidate, Goal, GoalName, Recommendation
 from app.planning.machines import RemoteMachine
-from app.planning.options import DEFAULT_MAX_KLD, QuantOption, own_quant_name, quant_options
-from app.planning.planner import recommend, server_argv
-from app.planning.words import RPC_SECURITY_NOTE, fmt_ctx
-from app.predict.speed import SpeedFactors
-from app.units import GIB, format_bytes, format_tps
-from ui.desktop.compare.rows import compare_options
-from ui.desktop.machines.panel import MachinesController
+from ui.desktop.recommend.controller import RecommendController
+from ui.desktop.recommend.rows import (
+    GOAL_TITLES,
+    GoalForm,
+    RecommendOutcome,
+    pooled_commands,
+    settings_summary,
+)
 from ui.desktop.shared.banner import MessageBanner
-from ui.desktop.shared.estimate_controller import EstimateController
-from ui.desktop.shared.jobs import LatestJob
-from ui.desktop.shared.model_card import describe_error
-from ui.desktop.shared.speed import SpeedController, model_file_bytes
-
-GOAL_TITLES: Final[dict[GoalName, str]] = {
-    "longest-context": "Longest context",
-    "fastest": "Fastest",
-    "best-quality": "Best quality",
-    "users": "Several users at a speed",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class GoalForm:
-    """What the goal form holds (tokens, tok/s, GiB); :meth:`goal` turns it into a Goal.
-
-    Mirrors ``ggtune recommend``'s flags: ``ctx`` is ``--ctx`` (context per user; 0 for
-    the goal's default), ``any_quant`` ``--any-quant``, ``only_open_file``
-    ``--no-simulate``.
-    """
-
-    name: GoalName = "longest-context"
-    n_users: int = 1
-    min_tok_per_s: float = 0.0
-    ctx: int = 0
-    min_ctx: int = 0
-    leave_free_gib: float = 0.0
-    any_quant: bool = False
-    only_open_file: bool = False
-    use_machines: bool = True
-    """Also plan over the other machines that are on (the Hardware tab), as
-    ``--rpc-saved``."""
-
-    def goal(self, margin_bytes: int) -> Goal:
-        """Return the planner's goal (raises PlanError on nonsense, e.g. 0 users)."""
-        return Goal(
-            self.name,
-            ctx=self.ctx or None,
-            min_ctx=self.min_ctx,
-            n_users=self.n_users,
-            min_tok_per_s=self.min_tok_per_s or None,
-            leave_free_bytes=int(self.leave_free_gib * GIB),
-            margin_bytes=margin_bytes,
-            max_kld=None if self.any_quant else DEFAULT_MAX_KLD,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class RecommendOutcome:
-    """A finished search: the recommendation for the model at ``model_path``."""
-
-    model_path: str
-    open_quant: str
-    recommendation: Recommendation
-
-
-def plan(
-    spec: ModelSpec,
-    hardware: Hardware,
-    goal: Goal,
-    options: tuple[QuantOption, ...],
-    factors: SpeedFactors,
-) -> Recommendation:
-    """Run the planner (pure; seconds for a large model, so call it on the pool)."""
-    return recommend(spec, hardware, goal, options=options, factors=factors)
-
-
-def pooled_commands(outcome: RecommendOutcome) -> str:
-    """Return, for a plan over several machines, each machine's share and the commands that
-    start it: ``ggml-rpc-server`` on each remote, ``llama-server --rpc …`` here."""
-    rec = outcome.recommendation
-    rpc = rec.rpc
-    if rpc is None or rec.best is None:
-        return ""
-    lines = ["Each machine's share:"]
-    for m in rpc.machines:
-        cap = f" of {format_bytes(m.capacity_bytes)}" if m.capacity_bytes else ""
-        what = f" ({m.label})" if m.label else ""
-        load = f"; loading sends it {format_bytes(m.load_bytes)}" if m.load_bytes else ""
-        lines.append(
-            f"  {m.machine}{what}: {m.n_layers} layers, {format_bytes(m.total_bytes)}{cap}{load}"
-        )
-    lines.append("On each other machine:")
-    for host, argv in zip(rpc.hosts, rpc.remote_commands, strict=True):
-        lines.append(f"  {host.endpoint}:  {shlex.join(argv)}")
-    lines.append("On this machine:")
-    lines.append(f"  {shlex.join(server_argv(outcome.model_path, rec))}")
-    lines.append(RPC_SECURITY_NOTE)
-    return "\n".join(lines)
-
-
-def settings_summary(c: Candidate) -> str:
-    """Return the plan's settings in one line, as the Settings panel names them."""
-    s = c.settings
-    ngl = "all" if s.n_gpu_layers < 0 else str(s.n_gpu_layers)
-    parts = [
-        f"{c.quant.name} ({c.quant.origin})",
-        f"context {fmt_ctx(s.n_ctx)}"
-        + (f" ({fmt_ctx(c.n_ctx_per_user)} × {s.n_parallel} users)" if s.n_parallel > 1 else ""),
-        f"GPU layers {ngl}",
-        f"KV cache {s.cache_type_k}/{s.cache_type_v}",
-        f"flash attention {s.flash_attn}",
-    ]
-    if s.kv_unified:
-        parts.append("one shared cache")
-    if s.n_cpu_moe:
-        parts.append(f"experts of {s.n_cpu_moe} layers on the CPU")
-    if not s.use_mmap:
-        parts.append("mmap off")
-    speed = c.speed
-    parts.append(f"~{format_tps(speed.per_user_tok_per_s)} tok/s per user")
-    used = sum(d.total_bytes for d in c.estimate.devices)
-    parts.append(f"{format_bytes(used)} in all")
-    return ", ".join(parts)
-
-
-def apply_note(c: Candidate, open_quant: str) -> str:
-    """Return what Apply did, and what is left to do when the plan is for another quant."""
-    if c.quant.on_disk or c.quant.name == open_quant:
-        return "Applied: the sliders now hold this plan for the file you have open."
-    imatrix = " (with --imatrix)" if c.quant.needs_imatrix else ""
-    return (
-        f"Applied, with {c.quant.name} simulated (your file is {open_quant}): to run it, "
-        f"download a {c.quant.name} GGUF or make one with llama-quantize{imatrix}."
-    )
-
-
-class RecommendController(QObject):
-    """Plans for a goal on the job pool and applies the result (GUI thread).
-
-    Signals: ``finished(RecommendOutcome)``, ``failed(str)`` (one line, no traceback),
-    ``busy_changed(bool)``, ``applied(str)`` (what Apply did, in words), ``model_changed()``
-    (the last answer is gone).
-    """
-
-    finished = Signal(object)
-    failed = Signal(str)
-    busy_changed = Signal(bool)
-    applied = Signal(str)
-    model_changed = Signal()
-
-    def __init__(
-        self,
-        estimates: EstimateController,
-        speed: SpeedController,
-        parent: QObject | None = None,
-        *,
-        machines: MachinesController | None = None,
-    ) -> None:
-        super().__init__(parent)
-        self._estimates = estimates
-        self._speed = speed
-        self.machines = machines
-        self._options: dict[tuple[str, bool], tuple[QuantOption, ...]] = {}
-        self._outcome: RecommendOutcome | None = None
-        self._job = LatestJob(0, self._on_job_done, self._on_job_failed, self)
-        self._job.busy_changed.connect(self.busy_changed)
-        estimates.model_changed.connect(self._on_estimates_model_changed)
-
-    @property
-    def busy(self) -> bool:
-        """Whether a search is under way."""
-        return self._job.busy
-
-    @property
-    def outcome(self) -> RecommendOutcome | None:
-        """The latest answer for the open model (None before one, or after a new model)."""
-        return self._outcome
-
-    def run(self, form: GoalForm) -> None:
-        """Plan for ``form`` on the pool (replaces a search under way)."""
-        state = self._estimates.state
-        model = state.model
-        if model is None:
-            self.failed.emit("Open a model first.")
-            return
-        try:
-            goal = form.goal(state.margin_bytes)
-        except Exception as err:  # PlanError: shown, never raised into Qt
-            self.failed.emit(f"Cannot plan for that: {describe_error(err)}")
-            return
-        spec = model.spec
-        hardware = state.hardware.hardware
-        if form.use_machines and self.machines is not None:
-            goal = dataclasses.replace(goal, rpc_hosts=self.machines.hosts())
-        factors = self._speed.factors
-        key = (spec.path, form.only_open_file)
-        known = self._options.get(key)
-        only_file = form.only_open_file
-        open_quant = own_quant_name(spec)
-
-        def job() -> tuple[tuple[str, bool], tuple[QuantOption, ...], RecommendOutcome]:
-            if known is not None:
-                options = known
-            elif only_file:
-                options = quant_options(spec, simulate=None, file_bytes=model_file_bytes(spec))
-            else:
-                options = compare_options(spec)
-            rec = plan(spec, hardware, goal, options, factors)
-            return key, options, RecommendOutcome(spec.path, open_quant, rec)
-
-        self._job.request(job, now=True)
-
-    def cancel(self) -> None:
-        """Stop waiting for the search under way (its answer is dropped)."""
-        self._job.cancel()
-
-    def apply(self) -> str | None:
-        """Put the best plan's settings on the sliders; return what was done (None: nothing)."""
-        outcome = self._outcome
-        model = self._estimates.model
-        if outcome is None or outcome.recommendation.best is None or model is None:
-            return None
-        if outcome.model_path != model.spec.path:
-            return None
-        best = outcome.recommendation.best
-        if outcome.recommendation.rpc is not None:
-            return None  # a plan over several machines runs from its commands
-        simulated = not best.quant.on_disk and best.quant.name != outcome.open_quant
-        self._estimates.set_quant(best.quant.name if simulated else None)
-        self._estimates.update(**dataclasses.asdict(best.settings))
-        note = apply_note(best, outcome.open_quant)
-        self.applied.emit(note)
-        return note
-
-    def _on_job_done(
-        self, result: tuple[tuple[str, bool], tuple[QuantOption, ...], RecommendOutcome]
-    ) -> None:
-        key, options, outcome = result
-        self._options[key] = options
-        model = self._estimates.model
-        if model is None or model.spec.path != outcome.model_path:
-            return  # another model opened meanwhile
-        self._outcome = outcome
-        self.finished.emit(outcome)
-
-    def _on_job_failed(self, error: Exception) -> None:
-        self.failed.emit(f"Could not plan: {describe_error(error)}")
-
-    def _on_estimates_model_changed(self, _model: object) -> None:
-        self._job.cancel()
-        self._outcome = None
-        self._options.clear()
-        self.model_changed.emit()
-
-    @property
-    def has_model(self) -> bool:
-        """Whether a model is open to plan for."""
-        return self._estimates.model is not None
 
 
 class RecommendPanel(QWidget):
