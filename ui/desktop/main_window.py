@@ -35,7 +35,8 @@ from app.hardware.devices import Hardware
 from ui.desktop.compare.controller import CompareController
 from ui.desktop.compare.panel import ComparePanel
 from ui.desktop.explain.panel import ExplainPanel
-from ui.desktop.export.panel import ExportController, ExportPanel
+from ui.desktop.export.controller import ExportController
+from ui.desktop.export.panel import ExportPanel
 from ui.desktop.hardware.panel import HardwarePanel
 from ui.desktop.machines.panel import MachinesController
 from ui.desktop.memory.panel import MemoryPanel

@@ -26,7 +26,7 @@ from app.model.spec import model_spec
 from app.predict.estimate import estimate
 from app.sources.library import Library, LibraryIssue
 from tests.ui.desktop.test_main_window import LOAD_TIMEOUT_MS, TEST_HARDWARE, held_only, make_window
-from ui.desktop.export.panel import placeholder_note
+from ui.desktop.export.preview import placeholder_note
 from ui.desktop.main_window import MainWindow
 from ui.desktop.models.controller import ModelController
 from ui.desktop.models.entries import CATALOG_TITLE, LAST_KEY, ModelFailure

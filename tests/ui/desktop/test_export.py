@@ -25,7 +25,8 @@ from app.export.lmstudio import export_lmstudio
 from app.export.ollama import export_ollama
 from app.hardware.devices import Hardware
 from app.planning.runner_plan import fitting_comments
-from ui.desktop.export.panel import ExportController, ExportPanel
+from ui.desktop.export.controller import ExportController
+from ui.desktop.export.panel import ExportPanel
 from ui.desktop.shared.estimate_controller import EstimateController, EstimateState
 from ui.desktop.shared.hardware import HardwareChoice
 from ui.desktop.shared.model_card import LoadedModel, load_model

@@ -1,31 +1,19 @@
-"""Export: the settings on screen in a runner's own format, live, with Copy and Save….
+"""The Export tab: the settings on screen in a runner's own format, live, with Copy and Save….
 
-:func:`export_preview` is pure (no Qt): it calls :mod:`app.export` exactly as
-``ggtune export`` does (``ui/cli/export.py``) and returns an :class:`ExportPreview` — the
-text shown, the text a Save writes, a suggested file name, the exporter's notes, or its
-refusal. :class:`ExportController` re-runs it on every change of the estimate's state
-(GUI thread; the exporters take well under a millisecond). :class:`ExportPanel` shows it
-and writes files through :func:`~app.export.common.write_text_atomic`, asking before it
-replaces anything; the questions go through :attr:`ExportPanel.ask_save_path` and
-:attr:`ExportPanel.confirm`, which tests replace.
-
-A catalog model (``catalog:NAME``) has no file yet, but its settings are worth exporting
-before the download: :func:`placeholder_preview` exports them for a placeholder path such
-as ``/path/to/Llama-3.1-70B-Q4_K_M.gguf`` (named after the quant level planned) and says
-so first among the notes, so the user puts the downloaded file's path there.
+:class:`ExportPanel` shows the preview of
+:class:`~ui.desktop.export.controller.ExportController` (made by
+:mod:`ui.desktop.export.preview`) and writes files through
+:func:`~app.export.common.write_text_atomic`, asking before it replaces anything; the
+questions go through :attr:`ExportPanel.ask_save_path` and :attr:`ExportPanel.confirm`, which
+tests replace.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Final
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import (
     QComboBox,
@@ -40,230 +28,13 @@ from PySide6.QtWidgets import (
 )
 
 from app.errors import GGTuneError
-from app.export.common import ModelFacts, SystemName, facts_from_spec, write_text_atomic
-from app.export.lmstudio import LMStudioExport
-from app.export.targets import TARGETS, ExportOptions, export_for, this_system
-from app.model.spec import ModelSpec
-from app.planning.options import own_quant_name
-from app.planning.runner_plan import RunnerPlan, fitting_comments
-from app.settings import RunnerName, Settings
+from app.export.common import write_text_atomic
+from app.export.targets import TARGETS
+from ui.desktop.export.controller import ExportController
+from ui.desktop.export.preview import SYSTEM_TITLES, ExportPreview
 from ui.desktop.shared.banner import MessageBanner
-from ui.desktop.shared.estimate_controller import RUNNER_TITLES, EstimateController, EstimateState
-from ui.desktop.shared.model_card import LoadedModel, describe_error
-
-SYSTEM_TITLES: Final[dict[SystemName, str]] = {
-    "linux": "Linux (systemd, sh)",
-    "macos": "macOS (launchctl, sh)",
-    "windows": "Windows (PowerShell)",
-}
-PLACEHOLDER_DIR: Final = "/path/to"
-"""Where a catalog model's placeholder path says the file will be."""
-
-
-@dataclass(frozen=True, slots=True)
-class ExportPreview:
-    """One export: ``text`` to show and copy, ``file_text`` to save as ``filename``.
-
-    ``error`` is the exporter's refusal (one line; ``text`` is then empty), ``notes`` what
-    the runner does differently from the settings. ``lmstudio`` is LM Studio's export, for
-    writing its config file.
-    """
-
-    target: RunnerName
-    text: str
-    file_text: str
-    filename: str
-    notes: tuple[str, ...] = ()
-    error: str | None = None
-    lmstudio: LMStudioExport | None = None
-
-
-def export_preview(
-    path: str,
-    facts: ModelFacts,
-    settings: Settings,
-    target: RunnerName,
-    system: SystemName,
-    *,
-    lmstudio_home: Path | None = None,
-    placeholder: bool = False,
-    plan: RunnerPlan | None = None,
-) -> ExportPreview:
-    """Return the export of ``settings`` for ``target`` (pure; the CLI's calls, same output).
-
-    ``placeholder``: ``path`` stands for a model not downloaded yet (written as it is).
-    ``plan``: the runner's plan the settings come from; the export then says what the
-    runner's own fitting chose (comments), leaves Ollama's ``num_gpu`` to it when it was
-    not pinned, and passes the projector to llama-server. Never raises for what the
-    exporters refuse: the refusal is ``error``.
-    """
-    auto_layers = plan is not None and plan.runner == "ollama" and "n_gpu_layers" not in plan.pinned
-    projector = plan.projector if plan is not None else None
-    options = ExportOptions(
-        placeholder=placeholder,
-        lmstudio_home=lmstudio_home,
-        num_gpu_auto=auto_layers,
-        fitting=fitting_comments(plan, pinned_in_export=not auto_layers) if plan else (),
-        mmproj_path=projector.path if projector is not None else None,
-        mmproj_offload=plan.projector_on_gpu if plan is not None else True,
-    )
-    try:
-        out = export_for(target, path, settings, facts=facts, system=system, options=options)
-    except GGTuneError as err:
-        return ExportPreview(target, "", "", "", error=str(err))
-    return ExportPreview(
-        target, out.text, out.file_text, out.filename, out.notes, lmstudio=out.lmstudio
-    )
-
-
-def placeholder_path(spec: ModelSpec, quant: str) -> str:
-    """Return the path that stands for a model not downloaded yet, named as GGUF files of
-    ``quant`` usually are: ``/path/to/Llama-3.1-70B-Q4_K_M.gguf``."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", spec.name or "").strip("-.") or "model"
-    return f"{PLACEHOLDER_DIR}/{name}-{quant}.gguf"
-
-
-def placeholder_note(model_name: str, placeholder: str) -> str:
-    """Return the note that says the model path of an export is a placeholder."""
-    return (
-        f"{placeholder} is a placeholder: {model_name} is planned from ggtune's catalog and "
-        "has no file yet. Download a GGUF of it (Compare tab → a Hugging Face repo) and put "
-        "its path there."
-    )
-
-
-def placeholder_preview(
-    placeholder: str,
-    model_name: str,
-    facts: ModelFacts,
-    settings: Settings,
-    target: RunnerName,
-    system: SystemName,
-    *,
-    lmstudio_home: Path | None = None,
-    plan: RunnerPlan | None = None,
-) -> ExportPreview:
-    """Return the export of ``settings`` for a model with no file yet, at ``placeholder``
-    (written as it is; the first note says it is a placeholder)."""
-    facts = dataclasses.replace(facts, path=placeholder)
-    preview = export_preview(
-        placeholder,
-        facts,
-        settings,
-        target,
-        system,
-        lmstudio_home=lmstudio_home,
-        placeholder=True,
-        plan=plan,
-    )
-    if preview.error is not None:
-        return preview
-    note = placeholder_note(model_name, placeholder)
-    return dataclasses.replace(preview, notes=(note, *preview.notes))
-
-
-def model_preview(
-    model: LoadedModel,
-    state: EstimateState,
-    target: RunnerName,
-    system: SystemName,
-    *,
-    lmstudio_home: Path | None = None,
-) -> ExportPreview:
-    """Return the export of the estimate's settings for the open model: its file, or for a
-    catalog model a placeholder path named after the quant level planned."""
-    if model.is_catalog:
-        quant = state.quant or own_quant_name(model.spec)
-        return placeholder_preview(
-            placeholder_path(model.spec, quant),
-            model.card.title,
-            facts_from_spec(model.spec),
-            state.settings,
-            target,
-            system,
-            lmstudio_home=lmstudio_home,
-            plan=state.plan,
-        )
-    return export_preview(
-        model.path,
-        facts_from_spec(model.spec),
-        state.settings,
-        target,
-        system,
-        lmstudio_home=lmstudio_home,
-        plan=state.plan,
-    )
-
-
-class ExportController(QObject):
-    """Keep the export of the estimate's model and settings current (GUI thread).
-
-    ``preview_changed(ExportPreview | None)`` fires on every change (None: no model yet).
-    The target follows the runner preset until the user picks another.
-    """
-
-    preview_changed = Signal(object)
-
-    def __init__(
-        self,
-        estimates: EstimateController,
-        parent: QObject | None = None,
-        *,
-        lmstudio_home: Path | None = None,
-    ) -> None:
-        super().__init__(parent)
-        self._estimates = estimates
-        self._target: RunnerName = estimates.runner
-        self._system: SystemName = this_system()
-        self._lmstudio_home = lmstudio_home
-        self._preview: ExportPreview | None = None
-        estimates.state_changed.connect(self._on_estimates_state_changed)
-        estimates.runner_changed.connect(self._on_estimates_runner_changed)
-        self._refresh(estimates.state)
-
-    @property
-    def preview(self) -> ExportPreview | None:
-        """The latest export, or None before a model is open."""
-        return self._preview
-
-    @property
-    def target(self) -> RunnerName:
-        """The runner exported for."""
-        return self._target
-
-    @property
-    def system(self) -> SystemName:
-        """Whose shell and service manager the instructions are for."""
-        return self._system
-
-    def set_target(self, target: RunnerName) -> None:
-        """Export for ``target``."""
-        assert target in TARGETS, f"unknown export target {target!r}"
-        self._target = target
-        self._refresh(self._estimates.state)
-
-    def set_system(self, system: SystemName) -> None:
-        """Write instructions for ``system``."""
-        assert system in SYSTEM_TITLES, f"unknown system {system!r}"
-        self._system = system
-        self._refresh(self._estimates.state)
-
-    def _on_estimates_runner_changed(self, runner: str) -> None:
-        if runner in TARGETS:
-            self._target = runner
-
-    def _on_estimates_state_changed(self, state: EstimateState) -> None:
-        self._refresh(state)
-
-    def _refresh(self, state: EstimateState) -> None:
-        model = state.model
-        if model is None:
-            self._preview = None
-        else:
-            self._preview = model_preview(
-                model, state, self._target, self._system, lmstudio_home=self._lmstudio_home
-            )
-        self.preview_changed.emit(self._preview)
+from ui.desktop.shared.estimate_controller import RUNNER_TITLES
+from ui.desktop.shared.model_card import describe_error
 
 
 def _ask_save_path(parent: QWidget, suggested: str) -> str | None:
