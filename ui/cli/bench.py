@@ -105,7 +105,7 @@ def _plan(value: str) -> BenchPlan:
         ) from None
 
 
-class _Progress:
+class Progress:
     """Print progress on ``stream``: one line per phase, rewritten in place on a TTY."""
 
     def __init__(self, stream: TextIO) -> None:
@@ -257,7 +257,7 @@ def _print_history(runs: list[StoredRun]) -> None:
     print_table(rows)
 
 
-def _report_set_aside(db: ResultsDB) -> None:
+def report_set_aside(db: ResultsDB) -> None:
     for moved in db.set_aside:
         print(f"ggtune: {moved.reason}; it was kept as {moved.path} and a new one started",
               file=sys.stderr)  # fmt: skip
@@ -269,7 +269,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.history:
         model_hash = quick_file_hash(args.model) if args.model else None
         runs = db.runs(model_hash=model_hash)
-        _report_set_aside(db)
+        report_set_aside(db)
         if db.skipped_rows:
             print(
                 f"ggtune: {db.skipped_rows} damaged run(s) in {db.path} were left out",
@@ -304,7 +304,7 @@ def run_bench(args: argparse.Namespace) -> int:
     plan = args.plan or BenchPlan.of(args.mode or "quick")
     from runner.benchmark import benchmark
 
-    progress = _Progress(sys.stderr)
+    progress = Progress(sys.stderr)
     result = benchmark(
         args.model,
         settings,
@@ -339,7 +339,7 @@ def run_bench(args: argparse.Namespace) -> int:
         _print_result(result, gaps)
         if run_id is not None:
             print(f"\nstored as run #{run_id} in {db.path}")
-    _report_set_aside(db)
+    report_set_aside(db)
     if store_error is not None:
         print(f"ggtune: the run was measured but not stored: {store_error}", file=sys.stderr)
         return EXIT_USAGE

@@ -262,7 +262,7 @@ def run_users(args: argparse.Namespace, db: ResultsDB) -> int:
     """Handle ``ggtune bench MODEL --users …``; return the exit code."""
     from runner.benchmark import physical_cores
     from runner.load_test import LoadTest
-    from ui.cli.bench import _Progress, _report_set_aside
+    from ui.cli.bench import Progress, report_set_aside
 
     try:
         slo = Slo(
@@ -285,7 +285,7 @@ def run_users(args: argparse.Namespace, db: ResultsDB) -> int:
     hardware = with_kernels(hardware, spec, settings, n_threads)
     factors = machine_factors(spec, hardware, db_path=args.db)
     pred = predict(spec, settings, hardware, plan, slo, factors)
-    progress = _Progress(sys.stderr)
+    progress = Progress(sys.stderr)
     result = LoadTest(
         args.model,
         settings,
@@ -315,7 +315,7 @@ def run_users(args: argparse.Namespace, db: ResultsDB) -> int:
         print_users(result, slo, pred)
         if run_id is not None:
             print(f"\nstored as load test #{run_id} in {db.path}")
-    _report_set_aside(db)
+    report_set_aside(db)
     if store_error is not None:
         print(f"ggtune: the run was measured but not stored: {store_error}", file=sys.stderr)
         return EXIT_USAGE
