@@ -107,6 +107,11 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=1)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--only", default="", help="substring a file name must contain")
+    ap.add_argument(
+        "--skip",
+        default="",
+        help="NAME@DEPTH,... runs to leave out (e.g. Q2_0@4096: its fill outlasts the timeout)",
+    )
     ap.add_argument("--quiet", type=float, default=0.25, help="wait until other work uses less")
     ap.add_argument("--max-wait", type=float, default=300.0, help="seconds to wait for quiet")
     args = ap.parse_args()
@@ -116,6 +121,7 @@ def main() -> None:
     files = sorted(p for p in folder.glob("*.gguf") if args.only in p.name)
     depths = [int(d) for d in args.depths.split(",")]
     users = tuple(int(n) for n in args.users.split(","))
+    skip = {tuple(x.split("@")) for x in args.skip.split(",") if "@" in x}
     done = set()
     if args.out.exists():
         for line in args.out.read_text().splitlines():
@@ -125,6 +131,8 @@ def main() -> None:
         for f in files:
             for depth in depths:
                 if (p, f.name, depth) in done:
+                    continue
+                if any(name in f.name and int(d) == depth for name, d in skip):
                     continue
                 plan = UsersPlan(n_users=users, n_prompt=64, n_gen=16, depth=depth)
                 busy = wait_for_quiet(args.quiet, args.max_wait)

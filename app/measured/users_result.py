@@ -440,8 +440,9 @@ def _misses(s: RoundSummary, slo: Slo) -> str:
 def answer(summaries: Sequence[RoundSummary], slo: Slo) -> str:
     """Return the load test's answer in words.
 
-    "4 users get ≥ 10 tok/s and first token ≤ 2 s; with 8, 3 of 8 requests do not
-    (5.1 tok/s at worst)."
+    "4 users get ≥ 10 tok/s and first token ≤ 2 s; the 5th does not (with 5: 8.1 tok/s at
+    worst)." when the count above the last one served was run (a prediction over every
+    count), else "…; with 8, 3 of 8 requests do not (5.1 tok/s at worst; 5 to 7 not run)."
     """
     if not summaries:
         return "No rounds were run."
@@ -456,12 +457,27 @@ def answer(summaries: Sequence[RoundSummary], slo: Slo) -> str:
     if fail is None:
         return text + " (the most measured)." if best == max(by_n) else text + "."
     s = by_n[fail]
+    if fail == best + 1:
+        return f"{text}; the {ordinal(fail)} does not (with {fail}: {_misses(s, slo)})."
     missed = s.n_requests - round(s.goodput_share * s.n_requests)
+    gap = f"{best + 1}" if fail == best + 2 else f"{best + 1} to {fail - 1}"
     return (
         f"{text}; with {fail}, {missed} of {s.n_requests} request"
         f"{'s' if s.n_requests != 1 else ''} do{'es' if missed == 1 else ''} not "
-        f"({_misses(s, slo)})."
+        f"({_misses(s, slo)}; {gap} not run)."
     )
+
+
+def ordinal(n: int) -> str:
+    """Return ``n`` as an English ordinal.
+
+    >>> ordinal(1), ordinal(2), ordinal(3), ordinal(5), ordinal(11), ordinal(22)
+    ('1st', '2nd', '3rd', '5th', '11th', '22nd')
+    """
+    if 10 <= n % 100 <= 20:
+        return f"{n}th"
+    suffix = {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def users_to_dict(result: UsersResult, slo: Slo) -> dict[str, Any]:

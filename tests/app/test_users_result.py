@@ -91,6 +91,12 @@ def test_answer_in_words() -> None:
     assert text.startswith("4 users get ≥ 10 tok/s and first token ≤ 2 s; with 8, 8 of 8")
     assert "6.0 tok/s at worst" in text
     assert "first token after 3.00 s at p95" in text
+    assert text.endswith("; 5 to 7 not run).")
+    every = [*rows[:3], summary(5, 9, 1.8)]  # the count after the last served was run
+    assert answer(every, slo) == (  # type: ignore[arg-type]
+        "4 users get ≥ 10 tok/s and first token ≤ 2 s; the 5th does not "
+        "(with 5: 9.0 tok/s at worst)."
+    )
     assert answer(rows[:3], slo).endswith("(the most measured).")  # type: ignore[arg-type]
     assert answer([summary(1, 4, 0.3)], slo).startswith(  # type: ignore[list-item]
         "Not even 1 user gets ≥ 10 tok/s"

@@ -1,12 +1,13 @@
 """Verify's Users run: N users on the real llama.cpp from the window, measured beside
-predicted, plotted with the SLO, answered in words, stored; and Verify's predicted speeds
-are the Memory view's figure. Real child processes (the kernel timing and the load test);
-nothing is mocked."""
+predicted (in words, a plot and a table), judged by the SLO, stored, cancelled; and
+Verify's predicted speeds are the Memory view's figure. Real child processes (the kernel
+timing and the load test); nothing is mocked."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import psutil
 import pytest
 
 pytest.importorskip("PySide6")
@@ -21,8 +22,9 @@ from app.hardware.kernels import cached_rates
 from app.measured.results_db import ResultsDB, quick_file_hash
 from app.measured.users_result import Slo, UsersPlan
 from ui.desktop.main_window import MainWindow
-from ui.desktop.verify.users import users_counts
 from ui.desktop.verify.users_plot import UsersPoint, describe
+from ui.desktop.verify.users_run import users_counts
+from ui.desktop.verify.users_view import NO_RUN
 
 pytestmark = pytest.mark.engine
 
@@ -44,7 +46,23 @@ def test_plot_description_names_the_slo_and_both_figures() -> None:
     assert "4 users: 12.5 tok/s each, first token 0.90 s" in text
 
 
-def test_users_run_plots_measured_beside_predicted_and_stores_it(
+def users_window(
+    qtbot: QtBot, qsettings: QSettings, path: Path, db_path: Path, plan: UsersPlan
+) -> MainWindow:
+    window = MainWindow(qsettings, detect_hardware=False)
+    qtbot.addWidget(window)
+    window.show()
+    with qtbot.waitSignal(window.hardware.local_detected, timeout=30_000):
+        window.hardware.detect()
+    with qtbot.waitSignal(window.models.model_loaded, timeout=60_000):
+        window.models.open_path(str(path))
+    window.estimates.update(n_ctx=2048, n_parallel=2, kv_unified=False)
+    window.verify.set_results_db(ResultsDB(db_path))
+    window.verify.users_plan = plan
+    return window
+
+
+def test_users_run_shows_measured_beside_predicted_and_stores_it(
     qtbot: QtBot,
     qsettings: QSettings,
     smollm_path: Path,
@@ -52,33 +70,42 @@ def test_users_run_plots_measured_beside_predicted_and_stores_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # kernels timed afresh
-    window = MainWindow(qsettings, detect_hardware=False)
-    qtbot.addWidget(window)
-    window.show()
-    with qtbot.waitSignal(window.hardware.local_detected, timeout=30_000):
-        window.hardware.detect()
-    with qtbot.waitSignal(window.models.model_loaded, timeout=60_000):
-        window.models.open_path(str(smollm_path))
-    window.estimates.update(n_ctx=2048, n_parallel=2, kv_unified=False)
     db_path = tmp_path / "results.sqlite3"
-    window.verify.set_results_db(ResultsDB(db_path))
-    window.verify.users_plan = UsersPlan(n_users=(1, 2), n_prompt=16, n_gen=6)
+    plan = UsersPlan(n_users=(1, 2), n_prompt=16, n_gen=6)
+    window = users_window(qtbot, qsettings, smollm_path, db_path, plan)
     panel = window.verify_panel
-    assert not panel.users_box.isVisible()
+    view = panel.users_view
+    assert NO_RUN in view.answer.text()  # before a run: what it does, and the SLO
+    assert "first token ≤ 2 s, ≥ 10 tok/s each" in view.answer.text()
+    assert view.table_model.rowCount() == 0
     # Verify's predicted column uses the Memory view's factors: one figure on every tab
     assert window.verify.speed_factors() is window.memory_panel.speed.factors
+    labels: list[tuple[int, str]] = []
+    window.verify.progress.connect(lambda pct, label: labels.append((pct, label)))
     with qtbot.waitSignal(window.verify.running_changed, timeout=15_000) as started:
         qtbot.mouseClick(panel.users_button, Qt.MouseButton.LeftButton)
     assert started.args == [True]
     assert window.verify.kind == "users"
     assert not panel.users_button.isEnabled()
     assert panel.cancel_button.isEnabled()
+    assert panel.progress.isVisible()
     with qtbot.waitSignal(window.verify.users_finished, timeout=ENGINE_TIMEOUT_MS) as done:
         pass
     outcome = done.args[0]
+    # progress like the benchmark's: the kernels, loading, then each round, up to 100 %
+    texts = [label for _pct, label in labels]
+    assert "timing this CPU's kernels (once)" in texts
+    assert any(t.startswith("loading the model") for t in texts)
+    last_step = [t for t in texts if t.startswith("step ")][-1].split(":")[0].split()
+    assert last_step[1] == last_step[3]  # "step N of N": every step reported
+    percents = [pct for pct, _label in labels]
+    assert percents == sorted(percents)
+    assert percents[-1] == 100
     assert [s.n_users for s in outcome.measured] == [1, 2]
-    assert set(outcome.predicted) == {1, 2}
-    points = panel.users_plot.points
+    assert set(outcome.predicted) == {1, 2}  # every count from 1 to the most measured
+    assert panel.results.currentWidget() is view  # the run's own tab comes to the front
+    # the plot: measured and predicted at each count measured, the predicted line through all
+    points = view.plot.points
     assert [p.n_users for p in points] == [1, 2]
     for p in points:
         assert p.measured_tok_per_s > 0
@@ -87,12 +114,31 @@ def test_users_run_plots_measured_beside_predicted_and_stores_it(
         assert p.predicted_tok_per_s > 0
         assert p.predicted_ttft_s is not None
         assert p.predicted_ttft_s > 0
-    assert panel.users_box.isVisible()
-    text = panel.users_answer.text()
-    assert "Measured:" in text
-    assert "Predicted:" in text
-    assert "first token ≤ 2 s" in text
-    assert outcome.prediction_source in text
+    assert [n for n, _tps, _ttft in view.plot.curve] == [1, 2]
+    assert view.plot.toolTip().startswith("SLO: first token ≤ 2 s, ≥ 10 tok/s each")
+    # the table: side by side, per count, the same numbers as the run
+    model = view.table_model
+    assert model.rowCount() == 2
+    for row, s in enumerate(outcome.measured):
+        cells = [model.index(row, c).data(Qt.ItemDataRole.UserRole) for c in range(6)]
+        assert cells[0] == s.n_users
+        assert cells[1] == s.per_user_tok_per_s
+        assert cells[2] == outcome.predicted[s.n_users].per_user_tok_per_s
+        assert cells[3] == s.ttft_s
+        assert cells[4] == outcome.predicted[s.n_users].ttft_s
+        assert cells[5] == s.goodput_share
+        met = model.index(row, 5).data()
+        assert met.endswith(f" of {s.n_requests}")
+        assert met.startswith("✓" if s.goodput_share == 1.0 else "✗")
+    # the answer in words: measured and predicted, the SLO, where the prediction comes from
+    text = view.answer.text()
+    assert "<b>Measured:</b>" in text
+    assert "<b>Predicted:</b>" in text
+    assert "SLO: first token ≤ 2 s, ≥ 10 tok/s each" in text
+    calibrated = window.memory_panel.speed.factors.n_measurements > 0
+    assert outcome.calibrated is calibrated
+    assert ("calibrated on " in text) is calibrated
+    assert ("not calibrated" in text) is not calibrated
     assert panel.status.text().startswith("Done: 2 rounds of 16-token prompts")
     # the kernels were timed for this model (once) and cached for this machine
     rates = cached_rates(machine_key(probe_host()), outcome.result.n_threads)
@@ -104,3 +150,35 @@ def test_users_run_plots_measured_beside_predicted_and_stores_it(
     assert stored[0].result["users"][1]["n_users"] == 2
     assert panel.users_button.isEnabled()
     assert not window.verify.running
+
+
+def test_cancel_mid_users_run_ends_the_child_and_stores_nothing(
+    qtbot: QtBot,
+    qsettings: QSettings,
+    smollm_path: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the user's cache untouched
+    db_path = tmp_path / "results.sqlite3"
+    long_plan = UsersPlan(n_users=(1, 2, 4), n_prompt=256, n_gen=400, repetitions=20)
+    window = users_window(qtbot, qsettings, smollm_path, db_path, long_plan)
+    panel = window.verify_panel
+    labels: list[str] = []
+    window.verify.progress.connect(lambda _pct, label: labels.append(label))
+    qtbot.mouseClick(panel.users_button, Qt.MouseButton.LeftButton)
+    thread = window.verify.dry_run_thread
+    assert thread is not None
+    qtbot.waitUntil(lambda: thread.pid is not None, timeout=ENGINE_TIMEOUT_MS)
+    pid = thread.pid
+    assert pid is not None
+    qtbot.waitUntil(lambda: any(s.startswith("step ") for s in labels), timeout=ENGINE_TIMEOUT_MS)
+    assert window.verify.running  # mid-run: the rounds have begun
+    with qtbot.waitSignal(window.verify.cancelled, timeout=30_000):
+        qtbot.keyClick(panel.cancel_button, Qt.Key.Key_Escape)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert panel.status.text().startswith("Cancelled")
+    assert panel.users_button.isEnabled()
+    assert not panel.banner.isVisible()
+    assert panel.users_view.outcome is None
+    assert ResultsDB(db_path).users_runs() == []  # nothing stored

@@ -46,7 +46,7 @@ from ui.desktop.verify.rows import (
     summarize,
 )
 from ui.desktop.verify.threads import BenchJob, BenchmarkThread, DryRunThread, make_dry_run
-from ui.desktop.verify.users import UsersOutcome, UsersThread, users_counts
+from ui.desktop.verify.users_run import UsersOutcome, UsersThread, users_counts
 
 LOAD_SHARE: Final = 30
 """Percent of the benchmark's progress bar given to loading the model; the steps share the rest."""

@@ -1,19 +1,22 @@
-"""The Verify tab: llama.cpp's own dry run and benchmark for the settings on screen,
-compared per component, and the model's benchmark history.
+"""The Verify tab: llama.cpp's own dry run, benchmark and Users run for the settings on
+screen, compared with the estimate, and the model's benchmark history.
 
 :class:`VerifyPanel` drives :class:`~ui.desktop.verify.controller.VerifyController`
-(which runs :mod:`ui.desktop.verify.threads` and makes :mod:`ui.desktop.verify.rows`) and
-shows the estimate vs engine vs difference (and the *Measured* column of a benchmark) in
-:class:`~ui.desktop.verify.tables.ComparisonTableModel`, the history in
-:class:`~ui.desktop.verify.tables.HistoryTableModel`. The progress bar follows llama.cpp's
-load progress, then the benchmark's steps; an engine failure opens a dialog with its cause
-and llama.cpp's last log lines, a benchmark error shows as a banner; the app stays up.
+(which runs :mod:`ui.desktop.verify.threads` and :mod:`ui.desktop.verify.users_run` and
+makes :mod:`ui.desktop.verify.rows`) and shows the estimate vs engine vs difference (and
+the *Measured* column of a benchmark) in
+:class:`~ui.desktop.verify.tables.ComparisonTableModel`, a Users run in
+:class:`~ui.desktop.verify.users_view.UsersView` (its own tab beside the comparison), the
+history in :class:`~ui.desktop.verify.tables.HistoryTableModel`. The progress bar follows
+llama.cpp's load progress, then the benchmark's steps or the Users run's rounds; Cancel
+stops either; an engine failure opens a dialog with its cause and llama.cpp's last log
+lines, a benchmark or Users error shows as a banner; the app stays up.
 
 The estimate compared is for *this machine* (where the engine runs), whatever hardware the
 memory view plans for. A catalog model (``catalog:NAME``, planned from its published
 config) has no file to run: the controller refuses it with
 :data:`~ui.desktop.shared.model_card.CATALOG_NO_FILE` before any child process starts, and the
-panel disables both buttons and says so.
+panel disables the buttons and says so.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSplitter,
     QTableView,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -47,19 +51,8 @@ from ui.desktop.verify.rows import (
     VerifyResult,
 )
 from ui.desktop.verify.tables import ComparisonTableModel, HistoryTableModel
-from ui.desktop.verify.users import UsersOutcome
-from ui.desktop.verify.users_plot import UsersPlotWidget, plot_points
-
-# --- pure: the comparison -----------------------------------------------------------------
-
-
-# --- the table ----------------------------------------------------------------------------
-
-
-# --- the run ------------------------------------------------------------------------------
-
-
-# --- the panel ----------------------------------------------------------------------------
+from ui.desktop.verify.users_run import UsersOutcome
+from ui.desktop.verify.users_view import UsersView
 
 RUN_TIP: Final = "Run llama.cpp's dry run with the settings on screen (F5)"
 BENCH_TIP: Final = (
@@ -137,19 +130,7 @@ class VerifyPanel(QWidget):
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(self.status)
-        self.users_box = QWidget()
-        self.users_box.setObjectName("users_box")
-        users_layout = QVBoxLayout(self.users_box)
-        users_layout.setContentsMargins(0, 0, 0, 0)
-        self.users_plot = UsersPlotWidget()
-        users_layout.addWidget(self.users_plot)
-        self.users_answer = QLabel()
-        self.users_answer.setObjectName("users_answer")
-        self.users_answer.setWordWrap(True)
-        self.users_answer.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        users_layout.addWidget(self.users_answer)
-        self.users_box.hide()  # shown once a Users run has finished
-        layout.addWidget(self.users_box)
+        self.users_view = UsersView()
         self.table_model = ComparisonTableModel(self)
         self.table = QTableView()
         self.table.setModel(self.table_model)
@@ -173,9 +154,15 @@ class VerifyPanel(QWidget):
         self.history_label = QLabel("Past benchmarks of this model: none yet.")
         history_layout.addWidget(self.history_label)
         history_layout.addWidget(self.history, 1)
+        self.results = QTabWidget()
+        self.results.setObjectName("verify_results")
+        self.results.setDocumentMode(True)
+        self.results.addTab(self.table, "Estimate vs llama.cpp")
+        self.results.addTab(self.users_view, "Users")
+        self.results.setTabToolTip(1, USERS_TIP)
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.setChildrenCollapsible(False)
-        splitter.addWidget(self.table)
+        splitter.addWidget(self.results)
         splitter.addWidget(history_box)
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 2)
@@ -279,24 +266,20 @@ class VerifyPanel(QWidget):
 
     def _on_controller_finished(self, result: VerifyResult) -> None:
         self.table_model.set_rows(result.rows)
+        self.results.setCurrentWidget(self.table)
         self.status.setText(f"Done: {result.summary}")
 
     def _on_controller_benchmark_finished(self, outcome: BenchmarkOutcome) -> None:
         self.table_model.set_rows(outcome.rows)
+        self.results.setCurrentWidget(self.table)
         stored = "" if outcome.run_id is None else f" · stored as run #{outcome.run_id}"
         self.status.setText(f"Done: {outcome.summary}{stored}")
         if outcome.store_error:
             self.banner.show_message(f"Benchmark done, but {outcome.store_error}.")
 
     def _on_controller_users_finished(self, outcome: UsersOutcome) -> None:
-        self.users_plot.set_data(plot_points(outcome.measured, outcome.predicted), outcome.slo)
-        self.users_answer.setText(
-            f"<b>Measured:</b> {outcome.answer}<br>"
-            f"<b>Predicted:</b> {outcome.predicted_answer}"
-            f"<br><small>SLO: {outcome.slo.describe()}. Predicted by the speed model "
-            f"({outcome.prediction_source}).</small>"
-        )
-        self.users_box.show()
+        self.users_view.set_outcome(outcome)
+        self.results.setCurrentWidget(self.users_view)
         r = outcome.result
         stored = "" if outcome.run_id is None else f" · stored as load test #{outcome.run_id}"
         self.status.setText(
@@ -328,7 +311,8 @@ class VerifyPanel(QWidget):
         self.status.setText(f"Failed: {failure.cause}")
         if failure.kind in ("benchmark", "users"):
             last = f" (llama.cpp said: {failure.log_tail[-1].strip()})" if failure.log_tail else ""
-            self.banner.show_message(f"The benchmark failed: {failure.cause}{last}")
+            run = "benchmark" if failure.kind == "benchmark" else "Users run"
+            self.banner.show_message(f"The {run} failed: {failure.cause}{last}")
             return
         box = QMessageBox(self)
         box.setIcon(QMessageBox.Icon.Warning)

@@ -1,7 +1,9 @@
-"""The Verify tab's tables: the comparison of one run, and the history of past runs."""
+"""The Verify tab's tables: the comparison of one run, the history of past runs, and a Users
+run's user counts (measured beside predicted)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from PySide6.QtCore import (
@@ -9,6 +11,7 @@ from PySide6.QtCore import (
 )
 
 from app.measured.results_db import StoredRun
+from app.measured.users_result import RoundSummary
 from app.units import format_mib
 from ui.desktop.shared.record_table import RIGHT, RecordTableModel
 from ui.desktop.verify.rows import (
@@ -81,5 +84,76 @@ class HistoryTableModel(RecordTableModel[StoredRun]):
         if role == Qt.ItemDataRole.UserRole:
             return run.id
         if role == Qt.ItemDataRole.TextAlignmentRole and column > 1:
+            return RIGHT
+        return None
+
+
+UsersRow = tuple[RoundSummary, RoundSummary | None]
+"""One user count of a Users run: what was measured, and the prediction of the same round."""
+
+_USERS_HEADERS: Final = (
+    "Users",
+    "tok/s each, measured",
+    "predicted",
+    "First token, measured",
+    "predicted",
+    "Met the SLO",
+)
+
+
+def users_rows(
+    measured: Sequence[RoundSummary], predicted: Mapping[int, RoundSummary]
+) -> tuple[UsersRow, ...]:
+    """Return one row per measured user count, with its prediction, by count."""
+    return tuple((m, predicted.get(m.n_users)) for m in sorted(measured, key=lambda m: m.n_users))
+
+
+class UsersTableModel(RecordTableModel[UsersRow]):
+    """A Users run, one row per user count: each user's tok/s and the mean time to first
+    token, measured beside predicted, and the requests that met the SLO (read-only).
+
+    The tooltip gives the worst user and the p95 figures; ``Qt.UserRole`` the raw numbers
+    (tok/s, seconds, the share that met the SLO).
+    """
+
+    HEADERS = _USERS_HEADERS
+
+    def cell(self, record: UsersRow, column: int, role: int) -> object:
+        """Return the text, the raw number (UserRole), the tooltip or the alignment."""
+        m, p = record
+        met = round(m.goodput_share * m.n_requests)
+        if role == Qt.ItemDataRole.DisplayRole:
+            mark = "✓" if met == m.n_requests else "✗"
+            return (
+                str(m.n_users),
+                f"{m.per_user_tok_per_s:.1f}",
+                "—" if p is None else f"{p.per_user_tok_per_s:.1f}",
+                f"{m.ttft_s:.2f} s",
+                "—" if p is None else f"{p.ttft_s:.2f} s",
+                f"{mark} {met} of {m.n_requests}",
+            )[column]
+        if role == Qt.ItemDataRole.UserRole:
+            return (
+                m.n_users,
+                m.per_user_tok_per_s,
+                None if p is None else p.per_user_tok_per_s,
+                m.ttft_s,
+                None if p is None else p.ttft_s,
+                m.goodput_share,
+            )[column]
+        if role == Qt.ItemDataRole.ToolTipRole:
+            s = m if column in (1, 3) else p
+            if s is not None and column in (1, 2):
+                return (
+                    f"mean {s.per_user_tok_per_s:.1f} tok/s each, slowest user "
+                    f"{s.per_user_tok_per_s_min:.1f}; p95 time per token "
+                    f"{1000 * s.tpot_p95_s:.0f} ms"
+                )
+            if s is not None and column in (3, 4):
+                return f"first token: mean {s.ttft_s:.2f} s, p95 {s.ttft_p95_s:.2f} s"
+            if column == 5:
+                return f"{met} of {m.n_requests} requests met {m.slo.describe()}"
+            return None
+        if role == Qt.ItemDataRole.TextAlignmentRole and column > 0:
             return RIGHT
         return None

@@ -2,10 +2,12 @@
 measured beside predicted, with the SLO's lines (GUI thread).
 
 :func:`plot_points` (pure) pairs the load test's measured summaries with the prediction of
-the same rounds; :class:`UsersPlotWidget` paints them with ``QPainter`` in two panels —
-tok/s each (higher is better; the SLO's minimum as a line) and first token in seconds
-(lower is better; the SLO's limit as a line) — measured solid with filled dots, predicted
-dashed with open dots. The numbers are in the tooltip and the accessible description too.
+the same rounds, :func:`predicted_curve` the prediction of every count;
+:class:`UsersPlotWidget` paints them with ``QPainter`` in two panels — tok/s each (higher
+is better; the SLO's minimum as a line) and first token in seconds (lower is better; the
+SLO's limit as a line) — measured solid with filled dots, predicted dashed through every
+count with open dots where it was measured. The numbers are in the tooltip and the
+accessible description too.
 """
 
 from __future__ import annotations
@@ -57,6 +59,13 @@ def plot_points(
     return tuple(out)
 
 
+def predicted_curve(predicted: Mapping[int, RoundSummary]) -> tuple[tuple[int, float, float], ...]:
+    """Return the prediction of every count as (users, tok/s each, first token s), by count."""
+    return tuple(
+        (n, predicted[n].per_user_tok_per_s, predicted[n].ttft_s) for n in sorted(predicted)
+    )
+
+
 def describe(points: Sequence[UsersPoint], slo: Slo) -> str:
     """Return the plot's numbers in words (tooltip, accessible description)."""
     lines = [f"SLO: {slo.describe()}"]
@@ -76,6 +85,7 @@ class UsersPlotWidget(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._points: tuple[UsersPoint, ...] = ()
+        self._curve: tuple[tuple[int, float, float], ...] = ()
         self._slo = Slo()
         self.setObjectName("users_plot")
         self.setAccessibleName("Users: tok/s each and time to first token against users")
@@ -90,9 +100,21 @@ class UsersPlotWidget(QWidget):
     def sizeHint(self) -> QSize:
         return QSize(640, 200)
 
-    def set_data(self, points: Sequence[UsersPoint], slo: Slo) -> None:
-        """Show ``points`` against ``slo`` (repaints)."""
+    @property
+    def curve(self) -> tuple[tuple[int, float, float], ...]:
+        """The predicted line: (users, tok/s each, first token s) of every count."""
+        return self._curve
+
+    def set_data(
+        self,
+        points: Sequence[UsersPoint],
+        slo: Slo,
+        curve: Sequence[tuple[int, float, float]] = (),
+    ) -> None:
+        """Show ``points`` against ``slo``, the predicted line through ``curve`` (every
+        count; the points' own predictions without one). Repaints."""
         self._points = tuple(points)
+        self._curve = tuple(curve)
         self._slo = slo
         text = describe(self._points, slo)
         self.setToolTip(text)
@@ -110,11 +132,19 @@ class UsersPlotWidget(QWidget):
         left = QRectF(0, 0, half, h)
         right = QRectF(half + gap, 0, half, h)
         pts = self._points
+        curve = self._curve
+        if not curve:
+            curve = tuple(
+                (p.n_users, p.predicted_tok_per_s, p.predicted_ttft_s)
+                for p in pts
+                if p.predicted_tok_per_s is not None and p.predicted_ttft_s is not None
+            )
         self._chart(
             painter,
             left,
             "tok/s each (higher is better)",
-            [(p.n_users, p.measured_tok_per_s, p.predicted_tok_per_s) for p in pts],
+            [(p.n_users, p.measured_tok_per_s) for p in pts],
+            [(n, tps) for n, tps, _t in curve],
             self._slo.min_tok_per_s,
             f"SLO ≥ {self._slo.min_tok_per_s:g}",
         )
@@ -122,7 +152,8 @@ class UsersPlotWidget(QWidget):
             painter,
             right,
             "first token, s (lower is better)",
-            [(p.n_users, p.measured_ttft_s, p.predicted_ttft_s) for p in pts],
+            [(p.n_users, p.measured_ttft_s) for p in pts],
+            [(n, ttft) for n, _tps, ttft in curve],
             self._slo.ttft_s,
             f"SLO ≤ {self._slo.ttft_s:g} s",
         )
@@ -133,7 +164,8 @@ class UsersPlotWidget(QWidget):
         painter: QPainter,
         box: QRectF,
         title: str,
-        series: Sequence[tuple[int, float, float | None]],
+        measured: Sequence[tuple[int, float]],
+        predicted: Sequence[tuple[int, float]],
         slo: float,
         slo_label: str,
     ) -> None:
@@ -146,17 +178,17 @@ class UsersPlotWidget(QWidget):
             box.left() + 40,
             box.top() + line_h + 6,
             box.width() - 48,
-            box.height() - 2 * line_h - 14,
+            box.height() - 3 * line_h - 10,
         )
         painter.setPen(QPen(text, 1))
         painter.drawLine(plot.bottomLeft(), plot.bottomRight())
         painter.drawLine(plot.bottomLeft(), plot.topLeft())
-        if not series:
+        if not measured:
             painter.drawText(plot, Qt.AlignmentFlag.AlignCenter, "No users run yet")
             return
-        values = [v for _n, m, p in series for v in (m, p) if v is not None and math.isfinite(v)]
+        values = [v for _n, v in (*measured, *predicted) if math.isfinite(v)]
         top = max([*values, slo]) * 1.15 or 1.0
-        ns = [n for n, _m, _p in series]
+        ns = sorted({n for n, _v in (*measured, *predicted)})
         lo, hi = math.log2(min(ns)), math.log2(max(ns))
 
         def x(n: int) -> float:
@@ -167,10 +199,15 @@ class UsersPlotWidget(QWidget):
         def y(v: float) -> float:
             return plot.bottom() - plot.height() * min(v, top) / top
 
-        for n in ns:  # x ticks: the user counts
+        ticks = sorted({n for n, _v in measured} | {max(ns)})
+        for n in ticks:  # x ticks: the user counts measured
             painter.drawText(
                 QPointF(x(n) - fm.horizontalAdvance(str(n)) / 2, plot.bottom() + line_h), str(n)
             )
+        users = "users"
+        painter.drawText(
+            QPointF(plot.right() - fm.horizontalAdvance(users), plot.bottom() + line_h), users
+        )
         painter.drawText(QPointF(box.left(), plot.top() + line_h / 2), f"{top:.3g}")
         painter.drawText(QPointF(box.left() + 20, plot.bottom()), "0")
         slo_pen = QPen(SLO_COLOR, 1, Qt.PenStyle.DashLine)
@@ -179,19 +216,20 @@ class UsersPlotWidget(QWidget):
         painter.drawText(
             QPointF(plot.right() - fm.horizontalAdvance(slo_label), y(slo) - 3), slo_label
         )
-        measured_line = [(n, m) for n, m, _p in series]
-        predicted_line = [(n, p) for n, _m, p in series if p is not None]
+        at_measured = {n for n, _v in measured}
         for line, color, style, filled in (
-            (measured_line, MEASURED_COLOR, Qt.PenStyle.SolidLine, True),
-            (predicted_line, PREDICTED_COLOR, Qt.PenStyle.DashLine, False),
+            (predicted, PREDICTED_COLOR, Qt.PenStyle.DashLine, False),
+            (measured, MEASURED_COLOR, Qt.PenStyle.SolidLine, True),
         ):
-            dots = [QPointF(x(n), y(v)) for n, v in line if math.isfinite(v)]
+            finite = [(n, v) for n, v in line if math.isfinite(v)]
+            dots = [QPointF(x(n), y(v)) for n, v in finite]
             painter.setPen(QPen(color, 2, style))
             for a, b in itertools.pairwise(dots):
                 painter.drawLine(a, b)
             painter.setBrush(color if filled else Qt.BrushStyle.NoBrush)
-            for d in dots:
-                painter.drawEllipse(d, 3.5, 3.5)
+            for (n, _v), d in zip(finite, dots, strict=True):
+                if filled or n in at_measured:
+                    painter.drawEllipse(d, 3.5, 3.5)
             painter.setBrush(Qt.BrushStyle.NoBrush)
         legend_y = box.bottom() - 2
         painter.setPen(QPen(MEASURED_COLOR, 2))

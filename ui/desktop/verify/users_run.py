@@ -2,14 +2,16 @@
 
 :class:`UsersThread` times this CPU's kernels once where the speed model lacks them
 (:func:`runner.kernel_bench.ensure_rates`), predicts the rounds
-(:func:`predict_users_rounds`: the load test's scheduling, the speed model's step times),
-then runs the load test (:class:`runner.load_test.LoadTest`: 1, 2, 4 … users decoding
-together with continuous batching, up to the slots on screen, at least 4) and stores it.
-The answer is a :class:`UsersOutcome`; the panel plots it (:mod:`ui.desktop.verify.users_plot`).
+(:func:`predict_users_rounds`: the load test's scheduling, the speed model's step times)
+for every user count from 1 to the most the run serves, then runs the load test
+(:class:`runner.load_test.LoadTest`: 1, 2, 4 … users decoding together with continuous
+batching, up to the slots on screen, at least 4) and stores it. The answer is a
+:class:`UsersOutcome`; :mod:`ui.desktop.verify.users_view` shows it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Final
 
@@ -59,8 +61,10 @@ def users_counts(n_parallel: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True, slots=True)
 class UsersOutcome:
-    """A finished Users run: the load test, the prediction of the same rounds, the SLO,
-    the answers in words, the factors' source, and how storing it went."""
+    """A finished Users run: the load test, the prediction of every user count from 1 to
+    the most measured (``predicted``, by count), the SLO, the answers in words (the
+    predicted one over every count, so it names the first user who misses), the factors'
+    source, whether they are calibrated, and how storing it went."""
 
     result: UsersResult
     measured: tuple[RoundSummary, ...]
@@ -71,6 +75,7 @@ class UsersOutcome:
     prediction_source: str
     run_id: int | None
     store_error: str | None
+    calibrated: bool = False
 
 
 class UsersThread(QThread):
@@ -151,7 +156,6 @@ class UsersThread(QThread):
             except Exception as err:  # sqlite3, a full disk: the run itself is fine
                 store_error = f"the run was not stored: {describe_error(err)}"
         measured = result.summaries(self._slo)
-        counts = result.user_counts()
         self.succeeded.emit(
             UsersOutcome(
                 result,
@@ -159,17 +163,16 @@ class UsersThread(QThread):
                 predicted,
                 self._slo,
                 answer(measured, self._slo),
-                answer([predicted[n] for n in counts if n in predicted], self._slo),
+                answer([predicted[n] for n in sorted(predicted)], self._slo),
                 self._factors.source,
                 run_id,
                 store_error,
+                self._factors.n_measurements > 0,
             )
         )
 
     def _with_kernels(self) -> Hardware:
         """Return the hardware with this CPU's kernel rates (timed now where missing)."""
-        import dataclasses as dc
-
         from runner.kernel_bench import ensure_rates
 
         needs = kernel_needs(self._model.spec, self._settings, self._hardware)
@@ -182,7 +185,8 @@ class UsersThread(QThread):
         rates = ensure_rates(
             needs, n_threads=threads, rates=current, on_cancel_ready=self._cancel_kernels.append
         )
-        return dc.replace(self._hardware, host=dc.replace(self._hardware.host, kernels=rates))
+        host = dataclasses.replace(self._hardware.host, kernels=rates)
+        return dataclasses.replace(self._hardware, host=host)
 
 
 def predict_users_rounds(
@@ -193,8 +197,10 @@ def predict_users_rounds(
     slo: Slo,
     factors: SpeedFactors,
 ) -> dict[int, RoundSummary]:
-    """Return the speed model's summary of each round of ``plan`` (pure, ~ms per round)."""
+    """Return the speed model's summary of a round of every user count from 1 to the most of
+    ``plan`` (its prompts, tokens, depth and arrivals; pure, ~ms per round)."""
     work = workload(spec, settings, hardware, factors)
     n_batch = resolve_context(spec, settings).n_batch
-    rounds = predict_rounds(work, plan, n_batch=n_batch, factors=factors)
+    every = dataclasses.replace(plan, n_users=tuple(range(1, plan.max_users + 1)), repetitions=1)
+    rounds = predict_rounds(work, every, n_batch=n_batch, factors=factors)
     return {r.n_users: summarize_rounds([r], slo) for r in rounds}

@@ -1,0 +1,93 @@
+"""Verify's Users view: a Users run in words, as a plot and as a table (GUI thread).
+
+:class:`UsersView` shows a :class:`~ui.desktop.verify.users_run.UsersOutcome`: the answer
+in words, measured and predicted ("4 users get ≥ 10 tok/s and first token ≤ 2 s; the 5th
+does not"), under the SLO it was judged by and where the prediction comes from
+(calibrated on this machine's runs or not); each user's tok/s and first token against
+the user count (:class:`~ui.desktop.verify.users_plot.UsersPlotWidget`, the SLO's lines
+drawn); and the same numbers side by side per user count
+(:class:`~ui.desktop.verify.tables.UsersTableModel`).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Final
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHeaderView, QLabel, QTableView, QVBoxLayout, QWidget
+
+from app.measured.users_result import Slo
+from ui.desktop.shared.speed import USERS_SLO, basis_text
+from ui.desktop.verify.tables import UsersTableModel, users_rows
+from ui.desktop.verify.users_plot import UsersPlotWidget, plot_points, predicted_curve
+from ui.desktop.verify.users_run import UsersOutcome
+
+NO_RUN: Final = (
+    "No Users run yet. <b>Users</b> serves 1, 2, 4 … users at once on llama.cpp "
+    "(continuous batching, up to the parallel slots on screen, at least 4) and says how many "
+    "get their answers within the SLO, measured beside what the speed model predicts."
+)
+
+
+def answer_html(outcome: UsersOutcome) -> str:
+    """Return the view's answer: measured, predicted, and what both were judged by."""
+    r = outcome.result
+    basis = basis_text(outcome.prediction_source)
+    return (
+        f"<b>Measured:</b> {html.escape(outcome.answer)}<br>"
+        f"<b>Predicted:</b> {html.escape(outcome.predicted_answer)}<br>"
+        f"<small>SLO: {html.escape(outcome.slo.describe())} · predicted by the speed model, "
+        f"{html.escape(basis)} · {html.escape(r.model_name)}, {r.plan.n_prompt}-token "
+        f"prompts, {r.plan.n_gen} tokens each, users arriving "
+        f"{html.escape(r.plan.arrivals.describe())}, {r.n_threads} threads</small>"
+    )
+
+
+class UsersView(QWidget):
+    """The Users run's answer, plot and table; empty (with what the run does) until
+    :meth:`set_outcome`."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("users_view")
+        layout = QVBoxLayout(self)
+        self.answer = QLabel(NO_RUN + f"<br><small>SLO: {USERS_SLO.describe()}</small>")
+        self.answer.setObjectName("users_answer")
+        self.answer.setWordWrap(True)
+        self.answer.setTextFormat(Qt.TextFormat.RichText)
+        self.answer.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.answer.setAccessibleName("Users run: the answer")
+        layout.addWidget(self.answer)
+        self.plot = UsersPlotWidget()
+        layout.addWidget(self.plot)
+        self.table_model = UsersTableModel(self)
+        self.table = QTableView()
+        self.table.setObjectName("users_table")
+        self.table.setModel(self.table_model)
+        self.table.setAccessibleName(
+            "Users run: tok/s each and first token, measured and predicted"
+        )
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.table.setAlternatingRowColors(True)
+        layout.addWidget(self.table, 1)
+        self._outcome: UsersOutcome | None = None
+
+    @property
+    def outcome(self) -> UsersOutcome | None:
+        """The run shown (None before the first)."""
+        return self._outcome
+
+    @property
+    def slo(self) -> Slo:
+        """The SLO the run shown was judged by (the default one before a run)."""
+        return self._outcome.slo if self._outcome is not None else USERS_SLO
+
+    def set_outcome(self, outcome: UsersOutcome) -> None:
+        """Show a finished Users run."""
+        self._outcome = outcome
+        points = plot_points(outcome.measured, outcome.predicted)
+        self.plot.set_data(points, outcome.slo, predicted_curve(outcome.predicted))
+        self.table_model.set_rows(users_rows(outcome.measured, outcome.predicted))
+        self.answer.setText(answer_html(outcome))
