@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 STUBBED = "libxcb-icccm.so.4"
+ABSENT = "libggtune-absent.so.1"
+"""The library each stub needs, which is never there."""
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -26,9 +28,9 @@ def make_broken_lib(work: Path, soname: str) -> Path:
         pytest.skip("no C compiler to build the stub library (the set-up needs one anyway)")
     source = work / "empty.c"
     source.write_text("int ggtune_stub;\n", encoding="utf-8")
-    absent = work / "libggtune-absent.so.1"
+    absent = work / ABSENT
     build = [cc, "-shared", "-fPIC", "-o"]
-    subprocess.run([*build, absent, source, "-Wl,-soname,libggtune-absent.so.1"], check=True)
+    subprocess.run([*build, absent, source, f"-Wl,-soname,{ABSENT}"], check=True)
     stub_dir = work / "lib"
     stub_dir.mkdir()
     link = [source, f"-Wl,-soname,{soname}", "-Wl,--no-as-needed", absent]

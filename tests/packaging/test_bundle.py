@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +18,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.packaging.conftest import ABSENT, STUBBED
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,15 +125,71 @@ def test_bundle_contents(bundle: Path) -> None:
         assert unused not in qt_libs
 
 
-def test_bundle_says_one_line_where_qt_would_abort(bundle: Path, broken_libxcb_dir: Path) -> None:
-    # PyInstaller copies the xcb-util libraries it finds into the bundle, not libxcb itself
-    env = dict(os.environ, DISPLAY=":97", LD_LIBRARY_PATH=str(broken_libxcb_dir))
+def _gui_launch(exe: Path, *args: str, **env_extra: str) -> subprocess.CompletedProcess[str]:
+    """Launch the bundle as a desktop would: no Qt platform chosen, no source tree."""
+    env = dict(os.environ, **env_extra)
     for name in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY", "XDG_SESSION_TYPE", "PYTHONPATH"):
         env.pop(name, None)
-    result = subprocess.run(
-        [str(bundle)], env=env, capture_output=True, text=True, timeout=120, check=False
+    if "DISPLAY" not in env_extra:
+        env.pop("DISPLAY", None)
+    return subprocess.run(
+        [str(exe), *args],
+        cwd=exe.parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
+
+
+@pytest.mark.parametrize("args", [[], ["MISSING.gguf"]], ids=["double-click", "MISSING.gguf"])
+def test_bundle_says_one_line_where_qt_would_abort(
+    bundle: Path, broken_libxcb_dir: Path, args: list[str]
+) -> None:
+    # The bundle's own launcher (packaging/launcher.py, frozen) runs the preflight. Its
+    # libxcb.so.1 is made unloadable: PyInstaller copies the xcb-util libraries it finds
+    # into the bundle (they win over LD_LIBRARY_PATH there), not libxcb itself.
+    result = _gui_launch(bundle, *args, DISPLAY=":97", LD_LIBRARY_PATH=str(broken_libxcb_dir))
+    assert result.returncode != -signal.SIGABRT, "Qt aborted: the preflight did not run"
     assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("ggtune: the desktop app cannot start: Qt's X11 plugin (xcb) needs")
     assert "libxcb.so.1" in line
+    assert line.endswith("(`ggtune estimate MODEL.gguf` works without a window)")
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def test_a_carried_library_needing_what_the_machine_lacks_is_one_line(
+    bundle: Path, broken_lib_dir: Path, tmp_path: Path
+) -> None:
+    # A copy of the bundle whose own libxcb-icccm.so.4 needs a library this machine lacks
+    # (the stub's ABSENT): libqxcb.so would fail to load, which is where Qt
+    # aborts with the "xcb-cursor0 is needed" message of issue 12. The preflight follows
+    # the carried library's NEEDED entries and names the one that is really missing.
+    copy = tmp_path / "ggtune"
+    shutil.copytree(bundle.parent, copy, copy_function=_link_or_copy)
+    carried = copy / "_internal" / STUBBED
+    assert carried.is_file(), f"PyInstaller no longer copies {STUBBED} into the bundle"
+    carried.unlink()  # a hard link: the original bundle keeps its file
+    shutil.copy2(broken_lib_dir / STUBBED, carried)
+    result = _gui_launch(copy / bundle.name, DISPLAY=":97")
+    assert result.returncode != -signal.SIGABRT, "Qt aborted: the preflight did not run"
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("ggtune: the desktop app cannot start: Qt's X11 plugin (xcb) needs")
+    assert ABSENT in line
+
+
+def test_bundle_without_a_display_says_one_line(bundle: Path) -> None:
+    result = _gui_launch(bundle)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "no display: neither DISPLAY (X11) nor WAYLAND_DISPLAY is set" in line
