@@ -86,8 +86,12 @@ class ModelDescription:
         return out
 
 
-def kv_bytes_per_token(spec: ModelSpec, cache_type: str) -> int:
+def kv_bytes_per_token(spec: ModelSpec, cache_type: str, *, sliding: bool | None = None) -> int:
     """Return K+V bytes one token adds to the cache over all attention layers (no window).
+
+    ``sliding`` False counts only the layers without a sliding window (those whose cache
+    grows with the context), True only the sliding-window layers (whose cache holds the
+    last ``n_swa`` tokens and stops growing there); None every attention layer.
 
     Raises ValueError when a layer's K or V width is not a whole number of
     ``cache_type``'s blocks (llama.cpp refuses that cache type for the model).
@@ -96,6 +100,8 @@ def kv_bytes_per_token(spec: ModelSpec, cache_type: str) -> int:
     total = 0
     for il in range(spec.n_layer):
         if spec.is_recurrent[il] or spec.memory_kind in ("none", "unknown", "recurrent"):
+            continue
+        if sliding is not None and spec.is_swa[il] != sliding:
             continue
         widths = [spec.n_embd_k_gqa(il)]
         if not spec.is_mla:  # MLA caches K alone

@@ -49,7 +49,7 @@ from ui.desktop.settings.panel import SettingsPanel
 from ui.desktop.shared.banner import MessageBanner
 from ui.desktop.shared.estimate_controller import EstimateController
 from ui.desktop.shared.hardware import HardwareController
-from ui.desktop.shared.model_card import LoadedModel
+from ui.desktop.shared.model_card import LoadedModel, card_at_quant
 from ui.desktop.verify.controller import VerifyController
 from ui.desktop.verify.panel import VerifyPanel
 
@@ -139,6 +139,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         self.models_panel = ModelsPanel(self.models, self.open_file_dialog)
+        self.estimates.quant_changed.connect(self._on_estimates_quant_changed)
         self.models_dock = self._dock("Models", "models_dock", self.models_panel)
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.models_dock)
         self.settings_panel = SettingsPanel(self.estimates, self.hardware)
@@ -275,6 +276,11 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"{model.card.title} — ggtune")
         self.statusBar().showMessage(f"Opened {name}", 4000)
         self.dry_run_action.setEnabled(not model.is_catalog)
+
+    def _on_estimates_quant_changed(self, quant: str | None) -> None:
+        model, spec = self.estimates.model, self.estimates.spec
+        if model is not None and spec is not None:
+            self.models_panel.show_card(card_at_quant(model, spec, quant), model.path)
 
     def _on_models_model_failed(self, failure: ModelFailure) -> None:
         kept = self.models.current

@@ -17,15 +17,18 @@ from pytestqt.qtbot import QtBot
 
 from app.hardware.devices import Hardware, planned_hardware
 from app.model.catalog import CATALOG_DIR, catalog_header, load_entry
+from app.model.facts import kv_bytes_per_token
 from app.model.quant import simulate_quant
 from app.model.spec import model_spec
 from app.planning.options import quant_options
 from app.predict.speed import SpeedFactors
 from app.settings import Settings
+from app.units import format_bytes
 from tests.ui.desktop.test_compare import wait_for_rows
-from tests.ui.desktop.test_main_window import make_window
+from tests.ui.desktop.test_main_window import LOAD_TIMEOUT_MS, make_window
 from ui.desktop.compare.chart import NO_SPEED, speed_words
 from ui.desktop.main_window import MainWindow
+from ui.desktop.shared.scales import gpu_layers_text
 from ui.desktop.shared.speed import speed_text, users_capacity, users_goal
 
 GIB = 1024**3
@@ -105,3 +108,95 @@ def test_users_are_counted_at_the_cache_types_set() -> None:
     assert mixed_types == ("q8_0", "f16")
     assert both_types == ("q8_0", "q8_0")
     assert mixed < both
+
+
+def _card_facts(window: MainWindow) -> dict[str, str]:
+    """Return the model card on screen, label to value."""
+    form = window.models_panel.card_form
+    facts: dict[str, str] = {}
+    for row in range(form.rowCount()):
+        label = form.itemAt(row, form.ItemRole.LabelRole)
+        field = form.itemAt(row, form.ItemRole.FieldRole)
+        if label is not None and field is not None:
+            facts[label.widget().text().rstrip(":")] = field.widget().text()  # type: ignore[attr-defined]
+    return facts
+
+
+GEMMA_27B = "catalog:gemma-3-27b"
+
+
+@pytest.fixture
+def gemma_window(qtbot: QtBot, qsettings: QSettings) -> MainWindow:
+    window = make_window(qtbot, qsettings, open_demo=False)
+    window.hardware.set_hardware(
+        planned_hardware(Hardware.cpu_only(64 * GIB), gpu_bytes=[24 * GIB]), "24 GiB", "plan"
+    )
+    with qtbot.waitSignal(window.models.model_loaded, timeout=LOAD_TIMEOUT_MS):
+        window.models.open_path(GEMMA_27B)
+    return window
+
+
+def test_kv_per_token_counts_only_the_layers_that_grow(gemma_window: MainWindow) -> None:
+    """Gemma 3 27B: 10 of 62 layers grow with the context; 496 KiB per token over all 62
+    implied 7.75 GiB at 16k, the real cache is about 1.9 GiB."""
+    spec = gemma_window.estimates.spec
+    assert spec is not None
+    kv = _card_facts(gemma_window)["KV per token"]
+    growing = kv_bytes_per_token(spec, "f16", sliding=False)
+    every = kv_bytes_per_token(spec, "f16")
+    assert growing < every / 4
+    assert kv.startswith(f"f16 {growing / 1024:,.1f} KiB, ")
+    assert "in the 10 full-attention layers (these grow with the context)" in kv
+    assert f"{every / 1024:,.1f} KiB" not in kv
+    assert "52 sliding-window layers hold only the last 1,024 tokens" in kv
+
+
+def test_the_weights_line_follows_the_quant_chosen(qtbot: QtBot, gemma_window: MainWindow) -> None:
+    before = _card_facts(gemma_window)["Weights"]
+    gemma_window.estimates.set_quant("Q4_K_M")
+    spec = gemma_window.estimates.spec
+    assert spec is not None
+    after = _card_facts(gemma_window)["Weights"]
+    assert after != before
+    assert "as Q4_K_M (simulated" in after
+    assert format_bytes(spec.weights_bytes) in after
+    gemma_window.estimates.set_quant(None)
+    assert _card_facts(gemma_window)["Weights"] == before
+
+
+def test_layers_are_counted_alike_on_the_card_the_slider_and_the_verdict(
+    qtbot: QtBot, gemma_window: MainWindow
+) -> None:
+    """-ngl counts the output layer too: the slider runs to n_layer + 1, its label says the
+    card's n_layer repeating layers + output, as the verdict counts them."""
+    panel = gemma_window.settings_panel
+    spec = gemma_window.estimates.spec
+    assert spec is not None
+    n = spec.n_layer
+    assert _card_facts(gemma_window)["Layers"].startswith(f"{n}: ")
+    assert f"-ngl counts {n + 1}" in _card_facts(gemma_window)["Layers"]
+    assert panel.gpu_layers.maximum() == n + 1
+    gemma_window.estimates.update(n_gpu_layers=48)
+    assert panel.gpu_layers_label.text() == f"47 of {n} layers + output"
+    verdict = gemma_window.estimates.state.verdict
+    assert verdict is not None
+    assert verdict.spilled_layers == n - 47  # the verdict's "Spills 15 of 62 layers"
+
+
+def test_no_gpu_layers_slider_on_a_machine_without_a_gpu(
+    qtbot: QtBot, tiny_window: MainWindow
+) -> None:
+    panel = tiny_window.settings_panel
+    spec = tiny_window.estimates.spec
+    assert spec is not None
+    assert not panel.gpu_layers.isEnabled()
+    assert panel.gpu_layers_label.text() == f"no GPU: all {spec.n_layer} layers on the CPU"
+
+
+def test_gpu_layers_text_matches_llama_cpp() -> None:
+    """src/llama-model.cpp: i_gpu_start = n_layer + 1 - ngl, the output layer is n_layer."""
+    assert gpu_layers_text(63, 62) == "all 62 layers + output"
+    assert gpu_layers_text(-1, 62) == "all 62 layers + output"
+    assert gpu_layers_text(48, 62) == "47 of 62 layers + output"
+    assert gpu_layers_text(1, 62) == "the output layer only"
+    assert gpu_layers_text(0, 62) == "none (all 62 layers on the CPU)"

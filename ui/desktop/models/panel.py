@@ -63,6 +63,7 @@ from ui.desktop.models.items import SEARCH_ROLE
 from ui.desktop.shared.model_card import (
     CatalogSummary,
     LoadedModel,
+    ModelCard,
 )
 
 
@@ -263,9 +264,13 @@ class ModelsPanel(QWidget):
         self.card_title.setText(kept.card.title if kept is not None else "No model open")
 
     def _on_controller_model_loaded(self, model: LoadedModel) -> None:
-        card = model.card
+        self.show_card(model.card, model.path)
+        self._select(model)
+
+    def show_card(self, card: ModelCard, path: str) -> None:
+        """Show ``card`` (the open model's, or the one at the quant level chosen)."""
         self.card_title.setText(card.title)
-        self.card_title.setToolTip(model.path)
+        self.card_title.setToolTip(path)
         while self.card_form.rowCount():
             self.card_form.removeRow(0)
         for label, value in card.facts:
@@ -279,7 +284,6 @@ class ModelsPanel(QWidget):
         self.card_form.addRow("Quant mix:", quant)
         for note in card.notes:
             self.card_form.addRow(self._value_label(f"Note: {note}"))
-        self._select(model)
 
     def _value_label(self, text: str) -> QLabel:
         label = QLabel(text)

@@ -44,6 +44,7 @@ from ui.desktop.shared.estimate_controller import (
 )
 from ui.desktop.shared.hardware import HardwareChoice, HardwareController, describe_hardware
 from ui.desktop.shared.model_card import LoadedModel
+from ui.desktop.shared.scales import gpu_layers_text
 from ui.desktop.shared.widgets import signals_blocked
 
 _FLASH_TITLES = {"auto": "Auto", "on": "On", "off": "Off"}
@@ -412,12 +413,8 @@ class SettingsPanel(QWidget):
         self._show_gpu_layers(settings)
 
     def _show_gpu_layers(self, settings: Settings) -> None:
-        top = self.gpu_layers.maximum()
-        ngl = settings.n_gpu_layers
-        if ngl == ALL_LAYERS or ngl >= top:
-            self.gpu_layers_label.setText(f"all {top} layers")
-        else:
-            self.gpu_layers_label.setText(f"{ngl} of {top} layers")
+        n_layer = self.gpu_layers.maximum() - 1
+        self.gpu_layers_label.setText(gpu_layers_text(settings.n_gpu_layers, n_layer))
 
     def _on_controller_state_changed(self, state: EstimateState) -> None:
         est = state.estimate
@@ -440,9 +437,11 @@ class SettingsPanel(QWidget):
             planned = min(plan.gpu_layers, top)
             with signals_blocked(self.gpu_layers):
                 self.gpu_layers.setValue(planned)
-            chosen = f"all {top} layers" if planned >= top else f"{planned} of {top} layers"
+            chosen = gpu_layers_text(planned, top - 1)
             self.gpu_layers_label.setText(f"{chosen}, chosen by {plan.title}")
         has_gpu = bool(state.hardware.hardware.gpus)
+        if not has_gpu and state.spec is not None:
+            self.gpu_layers_label.setText(f"no GPU: all {state.spec.n_layer} layers on the CPU")
         self.gpu_layers.setEnabled(has_gpu)
         self.gpu_layers.setToolTip(
             "Layers whose weights and KV cache go to the GPU (-ngl); the output layer counts"

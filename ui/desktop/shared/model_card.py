@@ -18,6 +18,7 @@ there is no file to run or hash. :func:`catalog_summaries` lists the catalog for
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -33,7 +34,7 @@ from app.model.catalog import (
     is_catalog,
     load_entry,
 )
-from app.model.facts import describe_model
+from app.model.facts import describe_model, kv_bytes_per_token, layers_by_kind
 from app.model.gguf_reader import read_model
 from app.model.spec import ModelSpec, model_spec
 from app.planning.options import own_quant_name
@@ -151,6 +152,50 @@ def _kib(n_bytes: int) -> str:
     return f"{n_bytes / 1024:,.1f} KiB"
 
 
+def kv_per_token_text(spec: ModelSpec, per_token: Mapping[str, int]) -> str:
+    """Return what one token adds to the KV cache, per cache type.
+
+    With sliding-window layers only the full-attention ones grow with the context; the
+    window layers hold the last ``n_swa`` tokens and stop there, so they are said apart
+    (Gemma 3 27B: 80 KiB per token in 10 layers, not 496 KiB in 62).
+    """
+    swa = sum(1 for il in range(spec.n_layer) if spec.is_swa[il] and not spec.is_recurrent[il])
+    if not swa:
+        return ", ".join(f"{k} {_kib(v)}" for k, v in per_token.items())
+    full = layers_by_kind(spec).get("full attention", 0)
+    growing = []
+    for cache_type in per_token:
+        try:
+            growing.append(
+                f"{cache_type} {_kib(kv_bytes_per_token(spec, cache_type, sliding=False))}"
+            )
+        except ValueError:
+            continue
+    window = kv_bytes_per_token(spec, "f16", sliding=True)
+    return (
+        f"{', '.join(growing)} in the {full} full-attention layers (these grow with the "
+        f"context); the {swa} sliding-window layers hold only the last {spec.n_swa:,} tokens "
+        f"({_kib(window)} per token of the window at f16)"
+    )
+
+
+def card_at_quant(model: LoadedModel, spec: ModelSpec, quant: str | None) -> ModelCard:
+    """Return the card of ``model`` with its weights at ``quant`` (``spec``: the model
+    simulated at that level; None: the file itself, its own card)."""
+    if quant is None:
+        return model.card
+    simulated = model_card(spec)
+    own = model.card
+    weights = dict(simulated.facts)["Weights"]
+    file_weights = dict(own.facts)["Weights"].split(",")[0]
+    where = "the catalog spec" if model.is_catalog else "the file"
+    text = (
+        f"{weights} as {quant} (simulated; {where} is {own_quant_name(model.spec)}, {file_weights})"
+    )
+    facts = tuple((k, text if k == "Weights" else v) for k, v in own.facts)
+    return ModelCard(own.title, facts, simulated.quant_mix, own.notes)
+
+
 def model_card(spec: ModelSpec) -> ModelCard:
     """Return the card of ``spec``: architecture, parameters, quant mix, context, KV per token."""
     d = describe_model(spec)
@@ -161,7 +206,9 @@ def model_card(spec: ModelSpec) -> ModelCard:
         ("Training context", f"{d.context_length:,} tokens"),
         (
             "Layers",
-            f"{d.n_layer}: " + ", ".join(f"{n} {k}" for k, n in d.layers_by_kind.items()),
+            f"{d.n_layer}: "
+            + ", ".join(f"{n} {k}" for k, n in d.layers_by_kind.items())
+            + f"; and the output layer (llama.cpp's -ngl counts {d.n_layer + 1})",
         ),
         (
             "Attention",
@@ -180,7 +227,7 @@ def model_card(spec: ModelSpec) -> ModelCard:
         )
     kv = d.kv_bytes_per_token
     if kv:
-        facts.append(("KV per token", ", ".join(f"{k} {_kib(v)}" for k, v in kv.items())))
+        facts.append(("KV per token", kv_per_token_text(spec, kv)))
     elif not spec.kv_rule_known:
         facts.append(("KV per token", "unknown for this architecture"))
     facts.append(("Vocabulary", f"{d.n_vocab:,} tokens"))
