@@ -21,11 +21,9 @@ from app.hardware.profiles import builtin_profiles_dir, compose, load_profiles
 from app.hardware.report import HardwareReport
 from app.predict.estimate import estimate
 from tests.ui.desktop.test_main_window import held_only
-from ui.desktop.hardware.panel import (
-    HardwarePanel,
-    ProfileTableModel,
-    custom_profile_toml,
-)
+from ui.desktop.hardware.custom import custom_profile_toml
+from ui.desktop.hardware.panel import HardwarePanel
+from ui.desktop.hardware.table import ProfileTableModel
 from ui.desktop.shared.estimate_controller import EstimateController
 from ui.desktop.shared.hardware import HardwareController
 from ui.desktop.shared.model_card import LoadedModel, load_model
@@ -199,7 +197,7 @@ def test_a_broken_custom_profile_file_is_shown_and_built_ins_stay(
 
 
 def test_custom_profile_toml_round_trips_unknown_fp16() -> None:
-    from ui.desktop.hardware.panel import CustomProfileFields
+    from ui.desktop.hardware.custom import CustomProfileFields
 
     text = custom_profile_toml(
         CustomProfileFields('My "odd" box', "host", "CPU", 64, 80, 0.9, 0, "my notes")

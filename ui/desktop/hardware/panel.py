@@ -7,26 +7,19 @@ estimate follows. The probe (:func:`app.hardware.probe.detect`) runs on the job 
 on the GUI thread. Profiles are a few small TOML files (≈25 ms for all of them) and are
 read on the GUI thread when the panel is built and after a custom profile is saved.
 
-:func:`custom_profile_toml` and :func:`check_custom_profile` are pure: the editor's fields
-become a ``[[profile]]`` table that :func:`app.hardware.profiles.parse_profile` validates
-before anything is written. This is ``ggtune hw`` / ``ggtune hw --profile`` in a window.
+The editor's fields become a profile file in :mod:`ui.desktop.hardware.custom` (pure), the
+probe's report words in :mod:`ui.desktop.hardware.words` (pure), the profiles a table in
+:mod:`ui.desktop.hardware.table`; :class:`HardwarePanel` here is the widget. This is
+``ggtune hw`` / ``ggtune hw --profile`` in a window.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from PySide6.QtCore import (
-    QObject,
-    Qt,
-    Signal,
-)
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -57,183 +50,24 @@ from app.hardware.profiles import (
     builtin_profiles_dir,
     compose,
     load_profiles,
-    parse_profile,
     user_profiles_dir,
 )
 from app.hardware.report import HardwareReport
-from app.units import format_bytes
+from ui.desktop.hardware.custom import CustomProfileFields, check_custom_profile
+from ui.desktop.hardware.table import ProfileTableModel
+from ui.desktop.hardware.words import describe_report
 from ui.desktop.machines.panel import MachinesBox, MachinesController
 from ui.desktop.shared.hardware import HardwareController, describe_hardware
 from ui.desktop.shared.jobs import run_job
 from ui.desktop.shared.model_card import describe_error
-from ui.desktop.shared.record_table import RIGHT, RecordTableModel
 
 ERROR_STYLE: Final = "color: #b3261e;"
 OK_STYLE: Final = "color: #1b5e20;"
-PROFILE_COLUMNS: Final = ("Name", "Kind", "Memory", "Bandwidth", "Usable", "FP16", "From")
 KIND_TITLES: Final[dict[ProfileKind, str]] = {
     "gpu": "GPU",
     "unified": "whole machine (unified memory)",
     "host": "system RAM (CPU only)",
 }
-STATE_MARKS: Final = {"ok": "✓", "none": "–", "unknown": "⚠"}
-
-
-# --- pure: custom profiles -----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CustomProfileFields:
-    """What the editor holds: figures in GiB, GB/s, a fraction, TFLOPS (0: unknown)."""
-
-    name: str
-    kind: ProfileKind
-    backend: str
-    memory_gib: float
-    bandwidth_gb_per_s: float
-    usable_fraction: float
-    fp16_tflops: float
-    source: str
-
-
-def profile_id(name: str) -> str:
-    """Return the profile id for ``name``: "My RTX 3090 Ti" → "my-rtx-3090-ti"."""
-    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9.]+", "-", name.strip().lower())).strip("-.")
-
-
-def custom_profile_toml(fields: CustomProfileFields) -> str:
-    """Return ``fields`` as a profile file (one ``[[profile]]`` table, TOML)."""
-
-    def quoted(text: str) -> str:
-        return json.dumps(text, ensure_ascii=False)  # a JSON string is a TOML basic string
-
-    def figure(value: float | None) -> str:
-        source = quoted(fields.source.strip())
-        if value is None:
-            return f"{{ source = {source} }}"
-        return f"{{ value = {value!r}, source = {source} }}"
-
-    fp16 = fields.fp16_tflops if fields.fp16_tflops > 0 else None
-    lines = [
-        "# A custom hardware profile, written by ggtune's Hardware tab.",
-        "[[profile]]",
-        f"id = {quoted(profile_id(fields.name))}",
-        f"name = {quoted(fields.name.strip())}",
-        f"kind = {quoted(fields.kind)}",
-        f"backend = {quoted(fields.backend)}",
-        f"memory_gib = {figure(float(fields.memory_gib))}",
-        f"bandwidth_gb_per_s = {figure(float(fields.bandwidth_gb_per_s))}",
-        f"usable_fraction = {figure(float(fields.usable_fraction))}",
-        f"fp16_tflops = {figure(fp16)}",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def check_custom_profile(
-    fields: CustomProfileFields, folder: Path, profiles: ProfileSet
-) -> tuple[HardwareProfile, str, Path]:
-    """Return the validated profile, its file text and path in ``folder``; raise if invalid.
-
-    Raise :class:`~app.errors.HardwareProfileError` for a missing name or source, a figure
-    the profile schema refuses, or a name another profile (not the user's own file of the
-    same id) already has.
-    """
-    pid = profile_id(fields.name)
-    if not pid:
-        raise HardwareProfileError("give the profile a name (letters or digits)")
-    if not fields.source.strip():
-        raise HardwareProfileError("say where the figures come from (source)")
-    path = folder / f"{pid}.toml"
-    text = custom_profile_toml(fields)
-    profile = parse_profile(tomllib.loads(text)["profile"][0], path, 1)
-    taken = profiles.profiles.get(pid) or profiles.profiles.get(profiles.aliases.get(pid, ""))
-    if taken is not None and Path(taken.path) != path:
-        raise HardwareProfileError(
-            f"the name {pid!r} is taken by the profile {taken.name!r} ({taken.path}); "
-            "choose another name"
-        )
-    return profile, text, path
-
-
-def describe_report(report: HardwareReport) -> tuple[str, str]:
-    """Return (devices, probes): what was found, and each probe's state with its reason."""
-    lines: list[str] = []
-    h = report.host
-    if h is None:
-        lines.append(f"CPU: unknown ({report.status('host').detail})")
-    else:
-        ram = "unknown" if h.ram_total_bytes is None else format_bytes(h.ram_total_bytes)
-        cores = h.physical_cores or "?"
-        lines.append(f"CPU: {h.cpu_model or 'unknown'}, {cores} cores, {ram} RAM")
-    bw = report.host_bandwidth
-    lines.append(
-        "RAM bandwidth: "
-        + ("unknown" if bw is None else f"{bw.gb_per_s:.1f} GB/s ({bw.measured_at})")
-    )
-    if not report.gpus:
-        lines.append("GPUs: none found")
-    for g in report.gpus:
-        memory = "memory unknown" if g.total_bytes is None else format_bytes(g.total_bytes)
-        bandwidth = "" if g.bandwidth_gb_per_s is None else f", {g.bandwidth_gb_per_s:.0f} GB/s"
-        used = "" if g.engine_name else " (no llama.cpp backend: not planned for)"
-        lines.append(f"{g.engine_name or 'GPU'}: {g.name}, {memory}{bandwidth}{used}")
-        lines.extend(f"    note: {n}" for n in g.notes)
-    probes = [f"{STATE_MARKS.get(s.state, '?')} {s.probe}: {s.detail}" for s in report.statuses]
-    return "\n".join(lines), "\n".join(probes)
-
-
-# --- the table -----------------------------------------------------------------------------
-
-
-def _figure_text(value: float | None, unit: str) -> str:
-    return "?" if value is None else f"{value:g} {unit}"
-
-
-class ProfileTableModel(RecordTableModel[HardwareProfile]):
-    """The hardware profiles, one per row (read-only); ``UserRole`` gives the profile."""
-
-    HEADERS = PROFILE_COLUMNS
-
-    def __init__(self, parent: QObject | None = None, *, user_dir: Path | None = None) -> None:
-        super().__init__(parent)
-        self._user_dir = user_dir
-
-    def is_custom(self, profile: HardwareProfile) -> bool:
-        """Whether ``profile`` comes from the user's folder rather than ggtune's."""
-        return self._user_dir is not None and Path(profile.path).parent == self._user_dir
-
-    def cell(self, record: HardwareProfile, column: int, role: int) -> object:
-        """Return a cell's text, the profile (UserRole) or the figure's source (tooltip)."""
-        p = record
-        if role == Qt.ItemDataRole.UserRole:
-            return p
-        figures = (None, None, p.memory_gib, p.bandwidth_gb_per_s, p.usable_fraction)
-        if role == Qt.ItemDataRole.DisplayRole:
-            texts = (
-                p.name,
-                p.kind,
-                _figure_text(p.memory_gib.value, "GiB"),
-                _figure_text(p.bandwidth_gb_per_s.value, "GB/s"),
-                f"{(p.usable_fraction.value or 0) * 100:.0f} %",
-                _figure_text(p.fp16_tflops.value, "TFLOPS"),
-                "custom" if self.is_custom(p) else "built-in",
-            )
-            return texts[column]
-        if role == Qt.ItemDataRole.ToolTipRole:
-            if column == 0:
-                return f"{p.id}: {p.notes or p.name}"
-            if column == 5:
-                return p.fp16_tflops.source
-            if column == 6:
-                return p.path
-            figure = figures[column] if column < len(figures) else None
-            return None if figure is None else figure.source
-        if role == Qt.ItemDataRole.TextAlignmentRole and 2 <= column <= 5:
-            return RIGHT
-        return None
-
-
-# --- the panel -----------------------------------------------------------------------------
 
 
 def _confirm(parent: QWidget, title: str, text: str) -> bool:
