@@ -164,6 +164,14 @@ def test_the_install_command_fits_the_distribution(release: dict[str, str], comm
     assert command in line
 
 
+def test_the_install_command_says_it_for_one_library() -> None:
+    one = preflight.install_command(["libxcb-icccm.so.4"], {"ID": "debian"})
+    assert one.startswith("install it with `")
+    assert one.endswith("apt install libxcb-icccm4`")
+    two = preflight.install_command(["libxcb-icccm.so.4", "libxcb-keysyms.so.1"], {"ID": "arch"})
+    assert two.startswith("install them with `")
+
+
 def test_an_unknown_distribution_gets_the_library_names() -> None:
     line = preflight.install_command(["libxcb-icccm.so.4"], {"ID": "gentoo"})
     assert line == "install the packages that provide libxcb-icccm.so.4"

@@ -354,7 +354,8 @@ def install_command(sonames: Sequence[str], release: Mapping[str, str] | None = 
     if not distro or not packages:
         return f"install the packages that provide {', '.join(sonames)}"
     sudo = "" if hasattr(os, "geteuid") and os.geteuid() == 0 else "sudo "
-    return f"install them with `{sudo}{_INSTALL[distro]} {' '.join(packages)}`"
+    them = "it" if len(sonames) == 1 else "them"
+    return f"install {them} with `{sudo}{_INSTALL[distro]} {' '.join(packages)}`"
 
 
 # --- the entry points' call ---------------------------------------------------------------
