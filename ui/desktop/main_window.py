@@ -38,7 +38,7 @@ from ui.desktop.explain.panel import ExplainPanel
 from ui.desktop.export.controller import ExportController
 from ui.desktop.export.panel import ExportPanel
 from ui.desktop.hardware.panel import HardwarePanel
-from ui.desktop.machines.panel import MachinesController
+from ui.desktop.machines.controller import MachinesController
 from ui.desktop.memory.panel import MemoryPanel
 from ui.desktop.models.controller import ModelController
 from ui.desktop.models.entries import ModelFailure

@@ -21,7 +21,9 @@ from pytestqt.qtbot import QtBot
 from app.planning.machines import RemoteMachine, add_machine, load_machines
 from tests.ui.desktop.test_main_window import make_window
 from tests.ui.desktop.test_recommend import PLAN_TIMEOUT_MS
-from ui.desktop.machines.panel import MachinesBox, MachinesController, MachinesTableModel
+from ui.desktop.machines.controller import MachinesController
+from ui.desktop.machines.panel import MachinesBox
+from ui.desktop.machines.table import MachinesTableModel
 from ui.desktop.recommend.rows import GoalForm, RecommendOutcome
 
 

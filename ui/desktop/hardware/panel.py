@@ -56,7 +56,8 @@ from app.hardware.report import HardwareReport
 from ui.desktop.hardware.custom import CustomProfileFields, check_custom_profile
 from ui.desktop.hardware.table import ProfileTableModel
 from ui.desktop.hardware.words import describe_report
-from ui.desktop.machines.panel import MachinesBox, MachinesController
+from ui.desktop.machines.controller import MachinesController
+from ui.desktop.machines.panel import MachinesBox
 from ui.desktop.shared.hardware import HardwareController, describe_hardware
 from ui.desktop.shared.jobs import run_job
 from ui.desktop.shared.model_card import describe_error
@@ -95,7 +96,7 @@ class HardwarePanel(QWidget):
     ``builtin_dir``/``user_dir`` where profiles are read and custom ones written (defaults:
     ggtune's and the user config folder's). ``confirm(parent, title, text) -> bool`` asks
     before a custom profile file is replaced; tests replace it. ``machines``: the other
-    machines lent over RPC, listed beside this one (:mod:`ui.desktop.machines.panel`).
+    machines lent over RPC, listed beside this one (:mod:`ui.desktop.machines`).
     """
 
     report_ready = Signal(object)

@@ -20,7 +20,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.planning.options import QuantOption, own_quant_name, quant_options
 from ui.desktop.compare.rows import compare_options
-from ui.desktop.machines.panel import MachinesController
+from ui.desktop.machines.controller import MachinesController
 from ui.desktop.recommend.rows import GoalForm, RecommendOutcome, apply_note, plan
 from ui.desktop.shared.estimate_controller import EstimateController
 from ui.desktop.shared.jobs import LatestJob
