@@ -1,7 +1,8 @@
 """Header stand-ins: how long an engine check takes, and the catalog's agreement table.
 
 Run: ``.venv/bin/python -m bench.bench_standin > /tmp/standin.md`` (a few minutes on two
-cores). Prints markdown for docs/benchmarks.md:
+cores); ``--catalog-only`` prints the table alone, ``--keys=a,b`` only those entries' rows.
+Prints markdown for docs/benchmarks.md:
 
 1. the time of one engine check on a model without a file of its own: writing its
    stand-in (app/sources/standins.py, median of 5) and the dry run in a child process
@@ -80,7 +81,7 @@ def timing(folder: Path) -> None:
         )
 
 
-def catalog_table(folder: Path) -> None:
+def catalog_table(folder: Path, keys: tuple[str, ...] = ()) -> None:
     """Print the catalog stand-ins' agreement with the estimate over the test grid."""
     hw = Hardware.cpu_only(cpu_flags=local_cpu_flags())
     print(
@@ -89,7 +90,7 @@ def catalog_table(folder: Path) -> None:
     )
     print("|---|---|---:|---:|---:|---:|---|")
     aborted: list[str] = []
-    for key in catalog_keys():
+    for key in keys or catalog_keys():
         spec = model_spec(catalog_header(key))
         valid = []
         for s in settings_grid():
@@ -151,7 +152,8 @@ def main() -> None:
     if "--catalog-only" not in sys.argv:
         timing(folder)
         print()
-    catalog_table(folder)
+    keys = next((a.removeprefix("--keys=") for a in sys.argv if a.startswith("--keys=")), "")
+    catalog_table(folder, tuple(k for k in keys.split(",") if k))
 
 
 if __name__ == "__main__":

@@ -438,7 +438,10 @@ def _model_dims(hp: _Hparams) -> tuple[dict[str, int], list[dict[str, int]]]:
         "half_rot": n_rot // 2,
         "n_expert": n_expert,
         "n_ff_exp": n_ff_exp,
-        "n_ff_shexp": n_ff_exp * hp.int_("expert_shared_count", 0),
+        # qwen35moe names the shared expert's size; DeepSeek/GLM give a count of experts
+        "n_ff_shexp": hp.int_(
+            "expert_shared_feed_forward_length", n_ff_exp * hp.int_("expert_shared_count", 0)
+        ),
         "q_lora": hp.int_("attention.q_lora_rank", 0),
         "kv_lora": hp.int_("attention.kv_lora_rank", 0),
         "kv_a": hp.int_("attention.kv_lora_rank", 0) + n_rot,
@@ -448,6 +451,14 @@ def _model_dims(hp: _Hparams) -> tuple[dict[str, int], list[dict[str, int]]]:
         "idx_dim": hp.int_("attention.indexer.key_length", 0),
         "idx_q": hp.int_("attention.indexer.head_count", 0)
         * hp.int_("attention.indexer.key_length", 0),
+        # gated delta net (qwen35/qwen35moe load_arch_tensors): head sizes are ssm.state_size,
+        # key heads ssm.group_count, value heads ssm.time_step_rank
+        "d_conv": hp.int_("ssm.conv_kernel", 0),
+        "d_state": hp.int_("ssm.state_size", 0),
+        "dt_rank": hp.int_("ssm.time_step_rank", 0),
+        "ssm_v": hp.int_("ssm.state_size", 0) * hp.int_("ssm.time_step_rank", 0),
+        "ssm_conv": hp.int_("ssm.state_size", 0)
+        * (2 * hp.int_("ssm.group_count", 0) + hp.int_("ssm.time_step_rank", 0)),
     }
     layers = []
     for il in range(n_layer):
@@ -463,6 +474,7 @@ def _model_dims(hp: _Hparams) -> tuple[dict[str, int], list[dict[str, int]]]:
                 "kv_k": kv_k,
                 "kv_v": kv_v,
                 "qkv": q + kv_k + kv_v,
+                "q2": 2 * q,  # qwen35: the q projection carries the output gate too
                 "n_ff": n_ff[il],
                 "n_ff2": 2 * n_ff[il],
                 "q_mla": n_head[il] * k_mla,
@@ -487,6 +499,9 @@ class _Template:
     moe: tuple[_T, ...] = ()
     output_required: bool = False  # no tied fallback in load_arch_tensors (gpt-oss)
     moe_step: bool = False  # MoE on every interleave_moe_layer_step-th layer (llama4)
+    # hybrid models (qwen35): attention-layer and recurrent-layer tensors after ``layer``
+    attn: tuple[_T, ...] = ()
+    recurrent: tuple[_T, ...] = ()
 
 
 _ATTN_NORM: Final[tuple[_T, ...]] = (("attn_norm.weight", ("n_embd",)),)
@@ -630,6 +645,71 @@ _TEMPLATES["llama4"] = _Template(
     moe_step=True,
 )
 
+# src/models/mistral3.cpp: the llama layout (Mistral Small 3.1/3.2 convert to mistral3)
+_TEMPLATES["mistral3"] = _TEMPLATES["llama"]
+_TEMPLATES["glm4moe"] = _Template(
+    # src/models/glm4-moe.cpp: q/k/v biases, q/k norms (GLM-4.5/4.6 use_qk_norm), the
+    # post-attention norm as the FFN norm, leading dense layers, routed experts with the
+    # selection bias and one shared expert; the NextN/MTP layer is not generated (the
+    # entries describe a --no-mtp conversion)
+    layer=(
+        *_ATTN_NORM,
+        *_QKV,
+        *_QKV_BIAS,
+        *_QK_NORM,
+        *_ATTN_OUT,
+        ("post_attention_norm.weight", ("n_embd",)),
+    ),
+    dense=_FFN,
+    moe=(
+        *_EXPERTS,
+        ("exp_probs_b.bias", ("n_expert",)),
+        ("ffn_gate_shexp.weight", ("n_embd", "n_ff_shexp")),
+        ("ffn_up_shexp.weight", ("n_embd", "n_ff_shexp")),
+        ("ffn_down_shexp.weight", ("n_ff_shexp", "n_embd")),
+    ),
+)
+_QWEN35_ATTN: Final[tuple[_T, ...]] = (
+    ("attn_q.weight", ("n_embd", "q2")),
+    ("attn_k.weight", ("n_embd", "kv_k")),
+    ("attn_v.weight", ("n_embd", "kv_v")),
+    *_ATTN_OUT,
+    *_QK_NORM,
+)
+_QWEN35_RECURRENT: Final[tuple[_T, ...]] = (
+    ("attn_qkv.weight", ("n_embd", "ssm_conv")),
+    ("attn_gate.weight", ("n_embd", "ssm_v")),
+    ("ssm_conv1d.weight", ("d_conv", "ssm_conv")),
+    ("ssm_dt.bias", ("dt_rank",)),
+    ("ssm_a", ("dt_rank",)),
+    ("ssm_beta.weight", ("n_embd", "dt_rank")),
+    ("ssm_alpha.weight", ("n_embd", "dt_rank")),
+    ("ssm_norm.weight", ("d_state",)),
+    ("ssm_out.weight", ("ssm_v", "n_embd")),
+)
+_QWEN35_LAYER: Final[tuple[_T, ...]] = (
+    *_ATTN_NORM,
+    ("post_attention_norm.weight", ("n_embd",)),
+)
+# src/models/qwen35.cpp / qwen35moe.cpp: gated delta net layers and gated full attention
+# every full_attention_interval-th layer; the MTP block is not generated (--no-mtp)
+_TEMPLATES["qwen35"] = _Template(
+    layer=_QWEN35_LAYER, dense=_FFN, attn=_QWEN35_ATTN, recurrent=_QWEN35_RECURRENT
+)
+_TEMPLATES["qwen35moe"] = _Template(
+    layer=_QWEN35_LAYER,
+    dense=(),
+    moe=(
+        *_EXPERTS,
+        ("ffn_gate_inp_shexp.weight", ("n_embd",)),
+        ("ffn_gate_shexp.weight", ("n_embd", "n_ff_shexp")),
+        ("ffn_up_shexp.weight", ("n_embd", "n_ff_shexp")),
+        ("ffn_down_shexp.weight", ("n_ff_shexp", "n_embd")),
+    ),
+    attn=_QWEN35_ATTN,
+    recurrent=_QWEN35_RECURRENT,
+)
+
 ARCHITECTURES: Final = frozenset(_TEMPLATES)
 """Architectures the generator has templates for."""
 
@@ -641,7 +721,10 @@ def _layer_tensors(hp: _Hparams, template: _Template, il: int, dims: Mapping[str
         is_moe = dims["n_expert"] > 0 and step > 0 and (il + 1) % step == 0
     else:
         is_moe = dims["n_expert"] > 0 and il >= dims["n_dense"]
-    parts = [*template.layer, *(template.moe if is_moe else template.dense)]
+    mixer: tuple[_T, ...] = ()
+    if template.recurrent:
+        mixer = template.recurrent if _is_recurrent(hp, il) else template.attn
+    parts = [*template.layer, *mixer, *(template.moe if is_moe else template.dense)]
     if is_moe and not template.moe:
         raise CatalogError(f"{hp.arch} has no mixture-of-experts layers", path=hp.path)
     if hp.arch in ("deepseek2", "deepseek32") and dims["q_lora"] == 0:
@@ -653,16 +736,32 @@ def _layer_tensors(hp: _Hparams, template: _Template, il: int, dims: Mapping[str
     return parts
 
 
+def _is_recurrent(hp: _Hparams, il: int) -> bool:
+    """Return whether layer ``il`` of a hybrid model is a recurrent (delta-net) layer.
+
+    ``load_arch_hparams`` of qwen35/qwen35moe: ``attention.recurrent_layers`` when the
+    converter wrote it, otherwise all but every ``full_attention_interval``-th layer (4).
+    """
+    flags = hp.md.get(f"{hp.arch}.attention.recurrent_layers")
+    if isinstance(flags, tuple) and il < len(flags):
+        return bool(flags[il])
+    interval = hp.int_("full_attention_interval", 4)
+    if interval == 0:
+        raise CatalogError(f"{hp.arch}.full_attention_interval should be > 0", path=hp.path)
+    return (il + 1) % interval != 0
+
+
 def _tensor_type(name: str, n_dims: int, options: TensorOptions) -> GGMLQuantizationType:
     """Return the type convert_hf_to_gguf.py gives a tensor at ``--outtype f16``.
 
     ``conversion/base.py`` ``prepare_tensors``: 1-D tensors and ``*_norm.weight`` are F32,
-    the MoE router (``ffn_gate_inp``) is F32, anything not named ``.weight`` (biases) is F32;
+    the MoE router (``ffn_gate_inp``) and the delta net's ``ssm_conv1d`` are F32, anything
+    not named ``.weight`` (biases) is F32;
     gpt-oss experts keep their published MXFP4 blocks (``conversion/gpt_oss.py``).
     """
     if n_dims <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight"):
         return _F32
-    if ".ffn_gate_inp." in name:
+    if ".ffn_gate_inp." in name or ".ssm_conv1d." in name:
         return _F32
     if "_exps." in name:
         return _EXPERT_TYPES[options.expert_type]

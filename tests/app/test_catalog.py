@@ -71,6 +71,16 @@ REQUIRED = (
     "kimi-k2-instruct-0905",
     "llama-4-scout-17b-16e",
     "llama-4-maverick-17b-128e",
+    "mistral-small-3.1-24b-2503",
+    "mistral-small-3.2-24b-2506",
+    "glm-4.5",
+    "glm-4.6",
+    "qwen3.5-0.8b",
+    "qwen3.5-9b",
+    "qwen3.5-27b",
+    "qwen3.5-35b-a3b",
+    "qwen3.5-122b-a10b",
+    "qwen3.5-397b-a17b",
 )
 
 
@@ -114,6 +124,24 @@ PUBLISHED_TOTAL = [
     ("deepseek-v3.2", 671.9e9, "V3's 671B + the DSA indexer, without the MTP block"),
     ("kimi-k2-instruct-0905", 1.026e12, "Kimi K2 model card: 1T total (1.026T by its config)"),
     ("llama-4-maverick-17b-128e", 400e9, "Llama 4 model card: Maverick 400B total"),
+    # Mistral Small 3.1/3.2: the text_config is Mistral Small 3's (2501) layout to the number
+    ("mistral-small-3.1-24b-2503", 23.57e9, "Mistral-Small-24B-2501 safetensors: 23.6B"),
+    ("mistral-small-3.2-24b-2506", 23.57e9, "Mistral-Small-24B-2501 safetensors: 23.6B"),
+    ("qwen3.5-27b", 27e9, "Qwen3.5-27B: 27B"),
+    ("qwen3.5-122b-a10b", 122e9, "Qwen3.5-122B-A10B: 122B"),
+    ("qwen3.5-397b-a17b", 397e9, "Qwen3.5-397B-A17B: 397B"),
+]
+
+# Published totals that count more than the GGUF holds, with the tolerance that leaves:
+# GLM-4.5/4.6's 355B (zai-org/GLM-4.5 README) include the NextN/MTP layer (~4.0B: 160
+# experts of 3 x 5120 x 1536 plus attention), which a --no-mtp conversion drops; Qwen3.5's
+# names (35B, 9B, 0.8B) include the vision encoder (an mmproj file) and the MTP block.
+PUBLISHED_TOTAL_WITH_EXTRAS = [
+    ("glm-4.5", 355e9, 0.01, "GLM-4.5 README: 355B total, MTP layer included"),
+    ("glm-4.6", 355e9, 0.01, "GLM-4.5 README (GLM-4.6 row): 355B-A32B"),
+    ("qwen3.5-35b-a3b", 35e9, 0.015, "Qwen3.5-35B-A3B: 35B with vision and MTP"),
+    ("qwen3.5-9b", 9e9, 0.015, "Qwen3.5-9B: 9B with vision and MTP"),
+    ("qwen3.5-0.8b", 0.8e9, 0.07, "Qwen3.5-0.8B: 0.8B; its vision tower is ~6% of it"),
 ]
 
 
@@ -121,6 +149,14 @@ PUBLISHED_TOTAL = [
 def test_parameter_count_matches_the_published_one(key: str, published: float, source: str) -> None:
     n = spec_of(key).n_params
     assert abs(n - published) / published < 0.005, f"{key}: {n:,} vs {published:,.0f} ({source})"
+
+
+@pytest.mark.parametrize(("key", "published", "tolerance", "source"), PUBLISHED_TOTAL_WITH_EXTRAS)
+def test_parameter_count_is_below_a_published_one_with_extras(
+    key: str, published: float, tolerance: float, source: str
+) -> None:
+    n = spec_of(key).n_params
+    assert published * (1 - tolerance) < n < published, f"{key}: {n:,} ({source})"
 
 
 def test_the_real_demo_models_match_to_the_parameter() -> None:
@@ -143,6 +179,12 @@ def test_the_real_demo_models_match_to_the_parameter() -> None:
         ("kimi-k2-instruct-0905", 32e9, True, 0.04),  # Kimi K2 card: 32B activated
         ("llama-4-scout-17b-16e", 17e9, True, 0.04),  # Llama 4 card: 17B active
         ("llama-4-maverick-17b-128e", 17e9, True, 0.04),  # Llama 4 card: 17B active
+        ("glm-4.5", 32e9, False, 0.04),  # zai-org/GLM-4.5 README: 32B active
+        ("glm-4.6", 32e9, False, 0.04),  # zai-org/GLM-4.5 README: 355B-A32B
+        ("qwen3.5-122b-a10b", 10e9, True, 0.04),  # Qwen3.5-122B-A10B: 10B activated
+        ("qwen3.5-397b-a17b", 17e9, True, 0.04),  # Qwen3.5-397B-A17B: 17B activated
+        # "A3B" rounds 3.45B (with the embedding row; 2.95B without) to whole billions
+        ("qwen3.5-35b-a3b", 3e9, True, 0.16),
     ],
 )
 def test_active_parameters_of_the_moe_models(
@@ -183,6 +225,8 @@ def test_dense_active_parameters_skip_only_the_embedding_lookup() -> None:
         # MLA latent + RoPE part, plus the indexer's one key of 128 per layer and token
         ("deepseek-v3.2", 61 * (512 + 64) * 2 + 61 * 128 * 2),
         ("llama-4-scout-17b-16e", 48 * 2 * 8 * 128 * 2),  # chunked layers: 8192 cells max
+        ("mistral-small-3.1-24b-2503", 40 * 2 * 8 * 128 * 2),
+        ("glm-4.5", 92 * 2 * 8 * 128 * 2),
     ],
 )
 def test_kv_cache_per_token_through_the_estimator(key: str, per_token: int) -> None:
@@ -191,6 +235,33 @@ def test_kv_cache_per_token_through_the_estimator(key: str, per_token: int) -> N
     settings = Settings(n_ctx=n_ctx, swa_full=True)
     est = estimate(spec, settings, Hardware.cpu_only())
     assert sum(c.total_bytes for c in est.caches) == per_token * n_ctx
+
+
+# Qwen3.5: only every 4th layer has K/V (gated attention); the delta-net layers hold a
+# recurrent state per sequence instead: conv (kernel 4 - 1) x (2 x 16 x 128 + v_heads x 128)
+# and the 128 x 128 state of each value head, both F32 (src/models/qwen35.cpp).
+@pytest.mark.parametrize(
+    ("key", "n_layer", "n_head_kv", "v_heads"),
+    [
+        ("qwen3.5-0.8b", 24, 2, 16),
+        ("qwen3.5-9b", 32, 4, 32),
+        ("qwen3.5-27b", 64, 4, 48),
+        ("qwen3.5-35b-a3b", 40, 2, 32),
+        ("qwen3.5-122b-a10b", 48, 2, 64),
+        ("qwen3.5-397b-a17b", 60, 2, 64),
+    ],
+)
+def test_hybrid_kv_and_recurrent_state(
+    key: str, n_layer: int, n_head_kv: int, v_heads: int
+) -> None:
+    spec = spec_of(key)
+    n_ctx = 4096
+    est = estimate(spec, Settings(n_ctx=n_ctx), Hardware.cpu_only())
+    kv = sum(c.total_bytes for c in est.caches if c.kind == "kv")
+    state = sum(c.total_bytes for c in est.caches if c.kind == "recurrent")
+    assert kv == n_layer // 4 * 2 * n_head_kv * 256 * 2 * n_ctx
+    conv = 3 * (2 * 16 * 128 + v_heads * 128) * 4
+    assert state == n_layer * 3 // 4 * (conv + 128 * 128 * v_heads * 4)
 
 
 def test_every_entry_plans_through_the_model_spec_path() -> None:
@@ -308,6 +379,8 @@ def _zoo_options(name: str) -> TensorOptions:
         "gemma3",
         "llama4",
         "deepseek32",
+        "qwen35",
+        "qwen35moe",
     ],
 )
 def test_generator_equals_the_zoo_model(name: str, zoo_dir: Path) -> None:
@@ -485,4 +558,27 @@ def test_vision_projectors_are_marked() -> None:
     marked = {e.key for e in load_catalog() if e.vision_projector}
     assert {"llama-4-scout-17b-16e", "llama-4-maverick-17b-128e"} <= marked
     assert {"gemma-3-4b", "gemma-3-12b", "gemma-3-27b"} <= marked
-    assert not {"llama-3.1-8b", "qwen3-8b", "deepseek-v3", "gpt-oss-20b"} & marked
+    assert {"mistral-small-3.1-24b-2503", "mistral-small-3.2-24b-2506"} <= marked
+    assert {"qwen3.5-9b", "qwen3.5-35b-a3b", "qwen3.5-397b-a17b"} <= marked
+    assert not {"llama-3.1-8b", "qwen3-8b", "deepseek-v3", "gpt-oss-20b", "glm-4.5"} & marked
+
+
+def test_new_layouts_follow_load_arch_tensors() -> None:
+    """Shapes the published configs imply, as src/models/<arch>.cpp creates them."""
+    glm = {t.name: t for t in catalog_header("glm-4.5").tensors}
+    assert glm["blk.0.attn_q.weight"].shape == (5120, 96 * 128)  # head_dim 128, not 5120/96
+    assert glm["blk.0.attn_q.bias"].type_name == "F32"
+    assert glm["blk.3.ffn_gate_exps.weight"].shape == (5120, 1536, 160)
+    assert glm["blk.3.ffn_up_shexp.weight"].shape == (5120, 1536)
+    assert "blk.2.ffn_gate_inp.weight" not in glm  # three leading dense layers
+    assert "blk.92.attn_norm.weight" not in glm  # no NextN/MTP layer (--no-mtp)
+    q = {t.name: t for t in catalog_header("qwen3.5-27b").tensors}
+    assert q["blk.3.attn_q.weight"].shape == (5120, 2 * 24 * 256)  # q and its output gate
+    assert "blk.3.ssm_out.weight" not in q
+    assert "blk.4.attn_q.weight" not in q
+    assert q["blk.0.attn_qkv.weight"].shape == (5120, 2 * 16 * 128 + 48 * 128)
+    assert q["blk.0.ssm_conv1d.weight"].type_name == "F32"
+    assert q["blk.0.ssm_a"].shape == (48,)
+    m = {t.name: t for t in catalog_header("qwen3.5-35b-a3b").tensors}
+    assert m["blk.0.ffn_gate_inp_shexp.weight"].shape == (2048,)
+    assert m["blk.0.ffn_down_shexp.weight"].shape == (512, 2048)

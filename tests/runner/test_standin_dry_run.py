@@ -2,8 +2,8 @@
 
 * both real demo models and every zoo model: the dry run of the stand-in (header bytes +
   a hole up to the file size) reports exactly what the dry run of the real file reports;
-* every catalog entry: its stand-in loads, and llama.cpp's weights and KV/recurrent state
-  equal the analytic estimate (weights to the byte, caches as printed);
+* every catalog entry: its stand-in loads, and llama.cpp's weights, KV caches and recurrent
+  state equal the analytic estimate (weights to the byte, caches as printed);
 * a simulated quant: its stand-in's dry run equals the dry run of the file llama.cpp's
   quantizer really makes;
 * a Hugging Face file read header-only (the fake hub): the same as the real file.
@@ -100,6 +100,13 @@ def test_catalog_standin_dry_run_equals_the_estimate(key: str, tmp_path: Path) -
     for mine, theirs in zip(ours, report.kv_caches, strict=True):
         assert llama_mib(mine.k_bytes) == f"{theirs.k_mib:.2f}", key
         assert llama_mib(mine.v_bytes) == f"{theirs.v_mib:.2f}", key
+    # hybrid entries (Qwen3.5's gated delta net): the recurrent state too, R and S
+    states = [c for c in est.caches if c.kind == "recurrent"]
+    assert len(states) == len(report.recurrent_caches), key
+    for mine, rs in zip(states, report.recurrent_caches, strict=True):
+        assert mine.cells == rs.cells, key  # (llama.cpp's "layers" counts every layer)
+        assert llama_mib(mine.k_bytes) == f"{rs.r_mib:.2f}", key
+        assert llama_mib(mine.v_bytes) == f"{rs.s_mib:.2f}", key
     host = est.device("CPU")
     assert llama_mib(host.output_bytes) == f"{report.output_buffers[0].mib:.2f}"
 
