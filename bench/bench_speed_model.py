@@ -1,7 +1,8 @@
 """Judge the speed model against the load-test sweep: uncalibrated and calibrated errors.
 
 Run: ``.venv/bin/python -m bench.bench_speed_model --sweep /tmp/sweep.jsonl
---kernels /tmp/kernels.json [--clock cpu|wall] [--markdown]``.
+--kernels /tmp/kernels.json [--clock cpu|wall] [--markdown]``. The sweep and kernels of
+docs/benchmarks.md (section "users") are kept in ``bench/data/`` (``.xz`` is read as is).
 
 ``--sweep`` holds the runs of :mod:`bench.bench_users_sweep` (every quant level of both
 demo models, depths 0/1024/4096, 1/2/4/8 users); ``--kernels`` the CPU kernel rates of
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import lzma
 import math
 import statistics
 import sys
@@ -59,6 +61,13 @@ class Point:
     measured: float  # tok/s (decode, prefill) or seconds (ttft)
     measurement: SpeedMeasurement
     loadavg: float
+
+
+def read_text(path: Path) -> str:
+    """Return a text file's contents, decompressed where it ends in ``.xz`` (bench/data)."""
+    if path.suffix == ".xz":
+        return lzma.decompress(path.read_bytes()).decode()
+    return path.read_text()
 
 
 def points_of(record: dict[str, Any], spec: ModelSpec, hw: Hardware, clock: str) -> list[Point]:
@@ -130,14 +139,14 @@ def main() -> None:
     from bench.bench_users_sweep import quants_dir
 
     folder = args.quants or quants_dir()
-    rates = KernelRates.from_dict(json.loads(args.kernels.read_text()))
+    rates = KernelRates.from_dict(json.loads(read_text(args.kernels)))
     from app.hardware.probe import local_cpu_flags
 
     host = Device("CPU", "host", 24 * 2**30, cpu_flags=local_cpu_flags(), kernels=rates)
     hw = Hardware(host=host)
     specs: dict[str, ModelSpec] = {}
     points: list[Point] = []
-    for line in args.sweep.read_text().splitlines():
+    for line in read_text(args.sweep).splitlines():
         record = json.loads(line)
         if int(record["n_threads"]) != rates.n_threads:
             continue
