@@ -27,9 +27,9 @@ from app.model.spec import model_spec
 from app.predict.estimate import estimate
 from app.settings import Settings
 from app.sources.demo_models import ensure_demo_models
+from app.units import MIB
 from runner.benchmark import benchmark
 
-MIB = 1024 * 1024
 SETTINGS = Settings(n_ctx=8192, flash_attn="auto", swa_full=False, n_parallel=1)
 
 

@@ -54,9 +54,7 @@ from app.model.spec import ModelSpec
 from app.planning.llama_fit import DEFAULT_FIT_CTX, DEFAULT_FIT_TARGET_MIB, FitResult, llama_fit
 from app.predict.estimate import MemoryEstimate, estimate, row_bytes
 from app.settings import ALL_LAYERS, RunnerName, Settings, runner_defaults
-
-MIB: Final = 1024 * 1024
-GIB: Final = 1024**3
+from app.units import GIB, MIB
 
 RUNNER_TITLES: Final[dict[str, str]] = {
     "llama-server": "llama-server",

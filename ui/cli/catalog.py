@@ -12,7 +12,7 @@ import argparse
 import json
 from typing import Any
 
-from app.model.catalog import active_params, catalog_header, load_catalog
+from app.model.catalog import CATALOG_PREFIX, active_params, catalog_header, load_catalog
 from app.model.facts import kv_bytes_per_token
 from app.model.spec import model_spec
 from app.units import format_bytes
@@ -33,7 +33,7 @@ def catalog_rows() -> list[dict[str, Any]]:
         spec = model_spec(catalog_header(entry))
         rows.append(
             {
-                "model": f"catalog:{entry.key}",
+                "model": f"{CATALOG_PREFIX}{entry.key}",
                 "name": entry.name,
                 "arch": spec.arch,
                 "n_params": spec.n_params,

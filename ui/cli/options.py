@@ -378,14 +378,16 @@ def options_from_args(args: argparse.Namespace) -> RunnerOptions:
 
 def projector_from_args(args: argparse.Namespace, model: str) -> Projector | None:
     """Return the projector to budget: ``--mmproj``, else one found for the model file."""
+    from app.model.catalog import is_catalog
     from app.model.projector import read_projector
+    from app.sources.refs import is_url
 
     if getattr(args, "no_mmproj", False):
         return None
     given = getattr(args, "mmproj", None)
     if given:
         return read_projector(given, source="--mmproj")
-    if model.startswith(("catalog:", "http://", "https://")):
+    if is_catalog(model) or is_url(model):
         return None
     from app.sources.projectors import find_projector
 
