@@ -77,6 +77,15 @@ def format_mib(n_bytes: int, *, signed: bool = False) -> str:
     return f"{sign}{abs(n_bytes) / MIB:,.2f} MiB"
 
 
+def format_transfer_rate(bytes_per_s: float) -> str:
+    """Return a download's rate as both faces' progress lines give it, in MiB/s.
+
+    >>> format_transfer_rate(45 * MIB), format_transfer_rate(0)
+    ('45.0 MiB/s', '0.0 MiB/s')
+    """
+    return f"{bytes_per_s / MIB:.1f} MiB/s"
+
+
 def format_tps(x: float) -> str:
     """Return a speed (tokens/s) with the digits that matter: "42", "3.5", "0.12".
 

@@ -23,6 +23,7 @@ from app.units import (
     format_bytes,
     format_mib,
     format_tps,
+    format_transfer_rate,
     speed_depth,
 )
 
@@ -65,6 +66,13 @@ def test_sizes_read_in_binary_units_with_their_sign() -> None:
     assert format_mib(MIB // 4, signed=True) == "+0.25 MiB"
     assert format_mib(-3 * MIB // 2, signed=True) == "−1.50 MiB"
     assert format_mib(0, signed=True) == "0.00 MiB"
+
+
+def test_download_rates_read_in_mib_per_s() -> None:
+    assert format_transfer_rate(45 * MIB) == "45.0 MiB/s"
+    assert format_transfer_rate(MIB // 10) == "0.1 MiB/s"
+    assert format_transfer_rate(2.5 * MIB) == "2.5 MiB/s"
+    assert format_transfer_rate(0) == "0.0 MiB/s"
 
 
 def test_speeds_keep_the_digits_that_matter() -> None:

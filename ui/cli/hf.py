@@ -31,7 +31,7 @@ from app.sources.hf import (
     read_models,
 )
 from app.sources.refs import parse_repo
-from app.units import format_bytes
+from app.units import format_bytes, format_transfer_rate
 from ui.cli.commands import COMMANDS
 from ui.cli.options import add_settings_flags, hardware_from_args, settings_from_args
 from ui.cli.output import control
@@ -196,7 +196,7 @@ def _download(listing: RepoListing, selector: str, to: Path | None) -> int:
 
     def show(p: DownloadProgress) -> None:
         eta = f"ETA {p.eta_s:,.0f} s" if p.eta_s is not None else "ETA ?"
-        what = "checking" if p.stage == "checking" else f"{p.bytes_per_s / 1024**2:.1f} MiB/s"
+        what = "checking" if p.stage == "checking" else format_transfer_rate(p.bytes_per_s)
         control(sys.stderr, "\r")
         sys.stderr.write(
             f"{entry.quant or entry.name}: {format_bytes(p.done_bytes, 2)} of "

@@ -27,7 +27,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from app.errors import DownloadCancelledError
 from app.sources.hf import DownloadProgress, ModelEntry, RepoListing, download
-from app.units import format_bytes
+from app.units import format_bytes, format_transfer_rate
 from ui.desktop.shared.jobs import job_pool, run_job
 from ui.desktop.shared.model_card import describe_error
 
@@ -56,7 +56,7 @@ def progress_text(p: DownloadProgress) -> str:
     amount = f"{format_bytes(p.done_bytes)} of {format_bytes(p.total_bytes)}"
     if p.stage == "checking":
         return f"Checking the partial download: {amount} · {files}"
-    speed = f"{p.bytes_per_s / 2**20:.1f} MiB/s"
+    speed = format_transfer_rate(p.bytes_per_s)
     return f"{amount} · {speed} · ETA {format_eta(p.eta_s)} · {files}"
 
 
