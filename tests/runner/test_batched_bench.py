@@ -13,6 +13,10 @@ report is wall time, the CPU time of the decode phase is isolated by running it 
 different ``-ntg`` (16 and 80 tokens: the same loading, warm-up and prompts) and dividing
 the difference by the 64 extra steps. docs/benchmarks.md has the wall-clock comparison at a
 quiet moment too.
+
+Three trials per user count, each a load test beside a pair of llama-batched-bench runs
+(so both see the same load on the machine); the median of their three ratios is compared.
+One pair alone was too noisy: in CI it put Gemma-3 270M at 1 user 18 % off.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow]
 N_CTX = 2048
 USERS = (1, 2, 4)
 TOLERANCE = 0.15
+TRIALS = 3
 
 
 @pytest.mark.parametrize("name", ["smollm", "gemma"])
@@ -52,16 +57,25 @@ def test_per_user_speed_agrees_with_llama_batched_bench(
         n_ubatch=512,
         flash_attn="auto",
     )
-    plan = UsersPlan(n_users=USERS, n_prompt=N_PROMPT, n_gen=LONG)
-    result = load_test(model, settings, plan, n_threads=1)
     for n_users in USERS:
-        (r,) = [r for r in result.rounds if r.n_users == n_users]
-        steps = [s.cpu_s for s in r.steps if s.n_decode == n_users and s.n_prefill == 0]
-        assert len(steps) == LONG - 1
-        ours = 1.0 / statistics.median(steps)
-        step_cpu_s, _wall = batched_bench_step(tool, model, n_users, n_ctx=N_CTX, threads=1)
-        theirs = 1.0 / step_cpu_s
-        assert abs(ours / theirs - 1.0) <= TOLERANCE, (
-            f"{name}, {n_users} users: the load test measured {ours:.1f} tok/s each, "
-            f"llama-batched-bench {theirs:.1f} (S_TG / {n_users}, CPU time)"
+        # Each trial measures the two side by side, so both see the same load on the
+        # machine; the median of the trials' ratios is compared, so one trial disturbed
+        # (a pair of llama-batched-bench runs is two processes' CPU time subtracted, whose
+        # start-up cost moves by a few hundred ms) does not decide.
+        ratios: list[float] = []
+        seen: list[str] = []
+        for _trial in range(TRIALS):
+            plan = UsersPlan(n_users=(n_users,), n_prompt=N_PROMPT, n_gen=LONG)
+            result = load_test(model, settings, plan, n_threads=1)
+            (r,) = result.rounds
+            steps = [s.cpu_s for s in r.steps if s.n_decode == n_users and s.n_prefill == 0]
+            assert len(steps) == LONG - 1
+            ours = 1.0 / statistics.median(steps)
+            step_cpu_s, _wall = batched_bench_step(tool, model, n_users, n_ctx=N_CTX, threads=1)
+            theirs = 1.0 / step_cpu_s
+            ratios.append(ours / theirs)
+            seen.append(f"{ours:.1f} vs {theirs:.1f}")
+        assert abs(statistics.median(ratios) - 1.0) <= TOLERANCE, (
+            f"{name}, {n_users} users: the load test measured vs llama-batched-bench "
+            f"(S_TG / {n_users}, CPU time), tok/s each, per trial: {', '.join(seen)}"
         )
