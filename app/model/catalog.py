@@ -22,8 +22,9 @@ The vocabulary size is stored as ``{arch}.vocab_size`` (a key llama.cpp reads; t
 file's ``tokenizer.ggml.tokens`` has that many entries). ``tensors`` holds the options:
 ``tied_embeddings`` (no ``output.weight``), ``rope_freqs`` (Llama 3 rope scaling: the
 converter adds a global ``rope_freqs.weight``), ``rope_factors`` (Phi-3 LongRoPE:
-``rope_factors_long/short.weight``) and ``expert_type`` (``"MXFP4"`` for gpt-oss, whose
-experts are published in MXFP4 and kept so by the converter).
+``rope_factors_long/short.weight``), ``k_eq_v`` (Gemma 4's ``attention_k_eq_v``: the
+full-attention layers have no V projection, V is K) and ``expert_type`` (``"MXFP4"`` for
+gpt-oss, whose experts are published in MXFP4 and kept so by the converter).
 
 :func:`generate_tensors` builds the full tensor list from metadata with one generator driven
 by per-architecture templates that follow ``load_arch_tensors`` in the vendored llama.cpp
@@ -111,6 +112,7 @@ class TensorOptions:
     tied_embeddings: bool = False
     rope_freqs: bool = False
     rope_factors: bool = False
+    k_eq_v: bool = False
     expert_type: ExpertType = "F16"
 
 
@@ -315,12 +317,12 @@ def _field_str(data: Mapping[str, object], name: str, where: str | None) -> str:
 def _parse_options(raw: object, where: str | None) -> TensorOptions:
     if not isinstance(raw, dict):
         raise CatalogError("tensors should be an object of options", path=where)
-    known = {"tied_embeddings", "rope_freqs", "rope_factors", "expert_type"}
+    known = {"tied_embeddings", "rope_freqs", "rope_factors", "k_eq_v", "expert_type"}
     extra = sorted(set(raw) - known)
     if extra:
         raise CatalogError(f"unknown tensor option(s) {', '.join(extra)}", path=where)
     flags: dict[str, bool] = {}
-    for k in ("tied_embeddings", "rope_freqs", "rope_factors"):
+    for k in ("tied_embeddings", "rope_freqs", "rope_factors", "k_eq_v"):
         v = raw.get(k, False)
         if not isinstance(v, bool):
             raise CatalogError(f"tensors.{k} should be true or false", path=where)
@@ -460,15 +462,33 @@ def _model_dims(hp: _Hparams) -> tuple[dict[str, int], list[dict[str, int]]]:
         "ssm_conv": hp.int_("ssm.state_size", 0)
         * (2 * hp.int_("ssm.group_count", 0) + hp.int_("ssm.time_step_rank", 0)),
     }
+    # gemma4: per-layer sliding-window flags, the sliding layers' own head size, per-layer
+    # input embeddings and the last shared_kv_layers layers without K/V of their own
+    swa = hp.md.get(f"{hp.arch}.attention.sliding_window_pattern")
+    swa_flags = swa if hp.arch == "gemma4" and isinstance(swa, tuple) else ()
+    if swa_flags and len(swa_flags) != n_layer_all:
+        raise CatalogError(
+            f"{hp.arch}.attention.sliding_window_pattern should hold {n_layer_all} flags",
+            path=hp.path,
+        )
+    n_pl = hp.int_("embedding_length_per_layer_input", 0) if hp.arch == "gemma4" else 0
+    glob["n_pl"] = n_pl
+    glob["n_pl_all"] = n_pl * n_layer
+    glob["n_kv_from"] = n_layer - hp.int_("attention.shared_kv_layers", 0)
+    glob["n_ff_exp2"] = 2 * n_ff_exp
     layers = []
     for il in range(n_layer):
-        q = n_head[il] * head_k
-        kv_k = n_head_kv[il] * head_k
-        kv_v = n_head_kv[il] * head_v
+        is_swa = bool(swa_flags[il]) if swa_flags else False
+        hk = hp.int_("attention.key_length_swa") if is_swa else head_k
+        hv = hp.int_("attention.value_length_swa") if is_swa else head_v
+        q = n_head[il] * hk
+        kv_k = n_head_kv[il] * hk
+        kv_v = n_head_kv[il] * hv
         layers.append(
             {
                 **glob,
-                "head_k": head_k,
+                "is_swa": int(is_swa),
+                "head_k": hk,
                 "n_head": n_head[il],
                 "q": q,
                 "kv_k": kv_k,
@@ -710,12 +730,62 @@ _TEMPLATES["qwen35moe"] = _Template(
     recurrent=_QWEN35_RECURRENT,
 )
 
+# src/models/gemma4.cpp: built by _gemma4_layer (per-layer head sizes, shared KV, MoE)
+_TEMPLATES["gemma4"] = _Template(layer=(), dense=(), moe=())
+
 ARCHITECTURES: Final = frozenset(_TEMPLATES)
 """Architectures the generator has templates for."""
 
 
-def _layer_tensors(hp: _Hparams, template: _Template, il: int, dims: Mapping[str, int]) -> list[_T]:
+def _gemma4_layer(il: int, dims: Mapping[str, int], options: TensorOptions) -> list[_T]:
+    """Return the tensors of Gemma 4 layer ``il`` (src/models/gemma4.cpp load_arch_tensors).
+
+    K (and its norm) only on layers that own a cache (before the shared-KV layers); V also
+    only there, and not on full-attention layers when V is K (``k_eq_v``); sandwich norms;
+    a dense FFN on every layer plus, on MoE models, routed experts with fused gate+up, the
+    router's input scale, per-expert output scales and their own norms; per-layer inputs.
+    """
+    has_kv = il < dims["n_kv_from"]
+    parts: list[_T] = [*_ATTN_NORM, ("attn_q.weight", ("n_embd", "q"))]
+    if has_kv:
+        parts.append(("attn_k.weight", ("n_embd", "kv_k")))
+        if dims["is_swa"] or not options.k_eq_v:
+            parts.append(("attn_v.weight", ("n_embd", "kv_v")))
+    parts += [*_ATTN_OUT, ("attn_q_norm.weight", ("head_k",))]
+    if has_kv:
+        parts.append(("attn_k_norm.weight", ("head_k",)))
+    parts += [
+        ("post_attention_norm.weight", ("n_embd",)),
+        *_FFN_NORM,
+        *_FFN,
+        ("post_ffw_norm.weight", ("n_embd",)),
+    ]
+    if dims["n_expert"]:
+        parts += [
+            ("ffn_gate_inp.weight", ("n_embd", "n_expert")),
+            ("ffn_gate_inp.scale", ("n_embd",)),
+            ("pre_ffw_norm_2.weight", ("n_embd",)),
+            ("post_ffw_norm_1.weight", ("n_embd",)),
+            ("post_ffw_norm_2.weight", ("n_embd",)),
+            ("ffn_gate_up_exps.weight", ("n_embd", "n_ff_exp2", "n_expert")),
+            ("ffn_down_exps.weight", ("n_ff_exp", "n_embd", "n_expert")),
+            ("ffn_down_exps.scale", ("n_expert",)),
+        ]
+    if dims["n_pl"]:
+        parts += [
+            ("inp_gate.weight", ("n_embd", "n_pl")),
+            ("proj.weight", ("n_pl", "n_embd")),
+            ("post_norm.weight", ("n_embd",)),
+        ]
+    return parts
+
+
+def _layer_tensors(
+    hp: _Hparams, template: _Template, il: int, dims: Mapping[str, int], options: TensorOptions
+) -> list[_T]:
     """Return the templates of layer ``il``: common part, then dense FFN or MoE."""
+    if hp.arch == "gemma4":
+        return _gemma4_layer(il, dims, options)
     if template.moe_step:
         step = hp.int_("interleave_moe_layer_step", 1)
         is_moe = dims["n_expert"] > 0 and step > 0 and (il + 1) % step == 0
@@ -812,8 +882,12 @@ def generate_tensors(
     if options.rope_factors:
         add("rope_factors_long.weight", glob, ("half_rot",))
         add("rope_factors_short.weight", glob, ("half_rot",))
+    if glob["n_pl"]:
+        add("per_layer_token_embd.weight", glob, ("n_pl_all", "n_vocab"))
+        add("per_layer_model_proj.weight", glob, ("n_embd", "n_pl_all"))
+        add("per_layer_proj_norm.weight", glob, ("n_pl",))
     for il, dims in enumerate(layers):
-        for name, shape in _layer_tensors(hp, template, il, dims):
+        for name, shape in _layer_tensors(hp, template, il, dims, options):
             add(f"blk.{il}.{name}", dims, shape)
     add("output_norm.weight", glob, ("n_embd",))
     if not options.tied_embeddings:

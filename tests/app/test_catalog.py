@@ -81,6 +81,11 @@ REQUIRED = (
     "qwen3.5-35b-a3b",
     "qwen3.5-122b-a10b",
     "qwen3.5-397b-a17b",
+    "gemma-4-e2b",
+    "gemma-4-e4b",
+    "gemma-4-12b",
+    "gemma-4-26b-a4b",
+    "gemma-4-31b",
 )
 
 
@@ -130,6 +135,11 @@ PUBLISHED_TOTAL = [
     ("qwen3.5-27b", 27e9, "Qwen3.5-27B: 27B"),
     ("qwen3.5-122b-a10b", 122e9, "Qwen3.5-122B-A10B: 122B"),
     ("qwen3.5-397b-a17b", 397e9, "Qwen3.5-397B-A17B: 397B"),
+    # Gemma 4 model cards: 31B 30.7B, 26B A4B 25.2B total; 12B 11.95B (with the 37.5M
+    # encoder-free vision/audio embedders, an mmproj file: 11.91B of text weights)
+    ("gemma-4-31b", 30.7e9, "Gemma 4 model card: 31B dense, 30.7B"),
+    ("gemma-4-26b-a4b", 25.2e9, "Gemma 4 model card: 26B A4B, 25.2B total"),
+    ("gemma-4-12b", 11.95e9, "Gemma 4 12B model card: 11.95B"),
 ]
 
 # Published totals that count more than the GGUF holds, with the tolerance that leaves:
@@ -142,7 +152,24 @@ PUBLISHED_TOTAL_WITH_EXTRAS = [
     ("qwen3.5-35b-a3b", 35e9, 0.015, "Qwen3.5-35B-A3B: 35B with vision and MTP"),
     ("qwen3.5-9b", 9e9, 0.015, "Qwen3.5-9B: 9B with vision and MTP"),
     ("qwen3.5-0.8b", 0.8e9, 0.07, "Qwen3.5-0.8B: 0.8B; its vision tower is ~6% of it"),
+    # Gemma 4 E2B/E4B "with per-layer embeddings" include the vision and audio encoders
+    ("gemma-4-e2b", 5.1e9, 0.1, "Gemma 4 model card: E2B 5.1B with embeddings"),
+    ("gemma-4-e4b", 8e9, 0.1, "Gemma 4 model card: E4B 8B with embeddings"),
 ]
+
+
+# Gemma 4 E2B/E4B: the "effective" parameters are the weights without the per-layer
+# embedding table (per_layer_token_embd: layers x 256 x 262144, looked up, not multiplied)
+@pytest.mark.parametrize(
+    ("key", "published", "tolerance"),
+    [("gemma-4-e2b", 2.3e9, 0.01), ("gemma-4-e4b", 4.5e9, 0.04)],  # model card: 2.3B, 4.5B
+)
+def test_gemma4_effective_parameters(key: str, published: float, tolerance: float) -> None:
+    spec = spec_of(key)
+    table = next(t for t in spec.tensors if t.name == "per_layer_token_embd.weight")
+    assert table.n_elements == spec.n_layer * 256 * 262144
+    n = spec.n_params - table.n_elements
+    assert abs(n - published) / published < tolerance, f"{key}: {n:,}"
 
 
 @pytest.mark.parametrize(("key", "published", "source"), PUBLISHED_TOTAL)
@@ -185,6 +212,8 @@ def test_the_real_demo_models_match_to_the_parameter() -> None:
         ("qwen3.5-397b-a17b", 17e9, True, 0.04),  # Qwen3.5-397B-A17B: 17B activated
         # "A3B" rounds 3.45B (with the embedding row; 2.95B without) to whole billions
         ("qwen3.5-35b-a3b", 3e9, True, 0.16),
+        # tied: the output head reads token_embd, so active_params counts it once
+        ("gemma-4-26b-a4b", 3.8e9, False, 0.02),  # Gemma 4 model card: 3.8B active
     ],
 )
 def test_active_parameters_of_the_moe_models(
@@ -227,6 +256,13 @@ def test_dense_active_parameters_skip_only_the_embedding_lookup() -> None:
         ("llama-4-scout-17b-16e", 48 * 2 * 8 * 128 * 2),  # chunked layers: 8192 cells max
         ("mistral-small-3.1-24b-2503", 40 * 2 * 8 * 128 * 2),
         ("glm-4.5", 92 * 2 * 8 * 128 * 2),
+        # Gemma 4: full layers have heads of 512 and their own KV-head count, sliding ones
+        # heads of 256; E2B's last 20 layers read the cache of layers 13 and 14
+        ("gemma-4-31b", 10 * 2 * 4 * 512 * 2 + 50 * 2 * 16 * 256 * 2),
+        ("gemma-4-26b-a4b", 5 * 2 * 2 * 512 * 2 + 25 * 2 * 8 * 256 * 2),
+        ("gemma-4-12b", 8 * 2 * 1 * 512 * 2 + 40 * 2 * 8 * 256 * 2),
+        ("gemma-4-e2b", 3 * 2 * 1 * 512 * 2 + 12 * 2 * 1 * 256 * 2),
+        ("gemma-4-e4b", 4 * 2 * 2 * 512 * 2 + 20 * 2 * 2 * 256 * 2),
     ],
 )
 def test_kv_cache_per_token_through_the_estimator(key: str, per_token: int) -> None:
@@ -363,6 +399,8 @@ def _zoo_options(name: str) -> TensorOptions:
             rope_factors=spec.rope_factors,
             expert_type="MXFP4" if spec.ffn_type == dense.MXFP4 else "F16",
         )
+    if name == "gemma4":  # tests/zoo/modern.py: tied, the full layers' rope_freqs
+        return TensorOptions(tied_embeddings=True, rope_freqs=True)
     return TensorOptions()  # tests/zoo/special.py: untied, F16
 
 
@@ -381,6 +419,7 @@ def _zoo_options(name: str) -> TensorOptions:
         "deepseek32",
         "qwen35",
         "qwen35moe",
+        "gemma4",
     ],
 )
 def test_generator_equals_the_zoo_model(name: str, zoo_dir: Path) -> None:
@@ -560,6 +599,7 @@ def test_vision_projectors_are_marked() -> None:
     assert {"gemma-3-4b", "gemma-3-12b", "gemma-3-27b"} <= marked
     assert {"mistral-small-3.1-24b-2503", "mistral-small-3.2-24b-2506"} <= marked
     assert {"qwen3.5-9b", "qwen3.5-35b-a3b", "qwen3.5-397b-a17b"} <= marked
+    assert {k for k in catalog_keys() if k.startswith("gemma-4-")} <= marked
     assert not {"llama-3.1-8b", "qwen3-8b", "deepseek-v3", "gpt-oss-20b", "glm-4.5"} & marked
 
 
@@ -582,3 +622,16 @@ def test_new_layouts_follow_load_arch_tensors() -> None:
     m = {t.name: t for t in catalog_header("qwen3.5-35b-a3b").tensors}
     assert m["blk.0.ffn_gate_inp_shexp.weight"].shape == (2048,)
     assert m["blk.0.ffn_down_shexp.weight"].shape == (512, 2048)
+    g = {t.name: t for t in catalog_header("gemma-4-26b-a4b").tensors}
+    assert "blk.5.attn_v.weight" not in g  # full layer: V is K (attention_k_eq_v)
+    assert g["blk.5.attn_k.weight"].shape == (2816, 2 * 512)
+    assert g["blk.0.attn_v.weight"].shape == (2816, 8 * 256)
+    assert g["blk.0.ffn_up.weight"].shape == (2816, 2112)  # dense FFN beside the experts
+    assert g["blk.0.ffn_gate_up_exps.weight"].shape == (2816, 2 * 704, 128)
+    assert g["blk.0.ffn_down_exps.scale"].type_name == "F32"
+    assert g["rope_freqs.weight"].shape == (256,)
+    e = {t.name: t for t in catalog_header("gemma-4-e2b").tensors}
+    assert "blk.14.attn_k.weight" in e
+    assert "blk.15.attn_k.weight" not in e  # shared-KV layers own no K/V
+    assert e["blk.15.ffn_up.weight"].shape == (1536, 2 * 6144)  # use_double_wide_mlp
+    assert e["per_layer_token_embd.weight"].shape == (35 * 256, 262144)
