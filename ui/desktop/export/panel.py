@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QLabel,
-    QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QVBoxLayout,
@@ -35,6 +34,7 @@ from ui.desktop.export.preview import SYSTEM_TITLES, ExportPreview
 from ui.desktop.shared.banner import MessageBanner
 from ui.desktop.shared.estimate_controller import RUNNER_TITLES
 from ui.desktop.shared.model_card import describe_error
+from ui.desktop.shared.widgets import confirm
 
 
 def _ask_save_path(parent: QWidget, suggested: str) -> str | None:
@@ -47,17 +47,6 @@ def _ask_save_path(parent: QWidget, suggested: str) -> str | None:
         options=QFileDialog.Option.DontConfirmOverwrite,
     )
     return path or None
-
-
-def _confirm(parent: QWidget, title: str, text: str) -> bool:
-    answer = QMessageBox.question(
-        parent,
-        title,
-        text,
-        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-        QMessageBox.StandardButton.Cancel,
-    )
-    return answer == QMessageBox.StandardButton.Yes
 
 
 class ExportPanel(QWidget):
@@ -73,7 +62,7 @@ class ExportPanel(QWidget):
         super().__init__(parent)
         self._controller = controller
         self.ask_save_path: Callable[[QWidget, str], str | None] = _ask_save_path
-        self.confirm: Callable[[QWidget, str, str], bool] = _confirm
+        self.confirm: Callable[[QWidget, str, str], bool] = confirm
         layout = QVBoxLayout(self)
 
         row = QHBoxLayout()

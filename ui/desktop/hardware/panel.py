@@ -29,9 +29,7 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QLineEdit,
-    QMessageBox,
     QPushButton,
     QScrollArea,
     QTableView,
@@ -61,32 +59,13 @@ from ui.desktop.machines.panel import MachinesBox
 from ui.desktop.shared.hardware import HardwareController, describe_hardware
 from ui.desktop.shared.jobs import run_job
 from ui.desktop.shared.model_card import describe_error
+from ui.desktop.shared.widgets import ERROR_STYLE, OK_STYLE, confirm, selectable_label
 
-ERROR_STYLE: Final = "color: #b3261e;"
-OK_STYLE: Final = "color: #1b5e20;"
 KIND_TITLES: Final[dict[ProfileKind, str]] = {
     "gpu": "GPU",
     "unified": "whole machine (unified memory)",
     "host": "system RAM (CPU only)",
 }
-
-
-def _confirm(parent: QWidget, title: str, text: str) -> bool:
-    answer = QMessageBox.question(
-        parent,
-        title,
-        text,
-        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-        QMessageBox.StandardButton.Cancel,
-    )
-    return answer == QMessageBox.StandardButton.Yes
-
-
-def _plain_label(text: str = "") -> QLabel:
-    label = QLabel(text)
-    label.setWordWrap(True)
-    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-    return label
 
 
 class HardwarePanel(QWidget):
@@ -121,7 +100,7 @@ class HardwarePanel(QWidget):
         self._composed: Hardware | None = None
         self._report: HardwareReport | None = None
         self._probed = False
-        self.confirm: Callable[[QWidget, str, str], bool] = _confirm
+        self.confirm: Callable[[QWidget, str, str], bool] = confirm
 
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
@@ -133,7 +112,7 @@ class HardwarePanel(QWidget):
         scroll.setWidget(body)
         outer.addWidget(scroll)
 
-        self.planned_label = _plain_label()
+        self.planned_label = selectable_label()
         self.planned_label.setAccessibleName("Planning for")
         layout.addWidget(self.planned_label)
         layout.addWidget(self._build_detected())
@@ -153,9 +132,9 @@ class HardwarePanel(QWidget):
     def _build_detected(self) -> QGroupBox:
         box = QGroupBox("This machine")
         layout = QVBoxLayout(box)
-        self.devices_label = _plain_label("Detecting…")
+        self.devices_label = selectable_label("Detecting…")
         self.devices_label.setAccessibleName("Detected devices")
-        self.probes_label = _plain_label()
+        self.probes_label = selectable_label()
         self.probes_label.setAccessibleName("What could not be detected")
         self.probes_label.setToolTip(
             "Each probe: ✓ found something, – nothing to find on this system, ⚠ failed (why)"
@@ -197,7 +176,7 @@ class HardwarePanel(QWidget):
             "Estimate for the selected profile (a GPU profile keeps this machine's RAM)"
         )
         self.plan_profile_button.clicked.connect(self.plan_selected_profile)
-        self.profiles_error = _plain_label()
+        self.profiles_error = selectable_label()
         self.profiles_error.setStyleSheet(ERROR_STYLE)
         self.profiles_error.hide()
         row.addWidget(self.plan_profile_button)
@@ -225,7 +204,7 @@ class HardwarePanel(QWidget):
         row.addWidget(self.composition, 1)
         row.addWidget(self.plan_composition_button)
         layout.addLayout(row)
-        self.composition_feedback = _plain_label()
+        self.composition_feedback = selectable_label()
         self.composition_feedback.setAccessibleName("Composition check")
         layout.addWidget(self.composition_feedback)
         return box
@@ -272,7 +251,7 @@ class HardwarePanel(QWidget):
         self.save_profile_button.setToolTip(f"Save it to {self._user_dir}")
         self.save_profile_button.clicked.connect(self.save_custom_profile)
         form.addRow(self.save_profile_button)
-        self.editor_feedback = _plain_label()
+        self.editor_feedback = selectable_label()
         self.editor_feedback.setAccessibleName("Custom profile check")
         form.addRow(self.editor_feedback)
         return box

@@ -9,15 +9,12 @@ fields to add one, Remove. Everything here runs on the GUI thread.
 
 from __future__ import annotations
 
-from typing import Final
-
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QLineEdit,
     QPushButton,
     QTableView,
@@ -28,16 +25,7 @@ from PySide6.QtWidgets import (
 from app.planning.machines import RemoteMachine
 from ui.desktop.machines.controller import MachinesController
 from ui.desktop.machines.table import MachinesTableModel
-
-ERROR_STYLE: Final = "color: #b3261e;"
-OK_STYLE: Final = "color: #1b5e20;"
-
-
-def _label(text: str = "") -> QLabel:
-    label = QLabel(text)
-    label.setWordWrap(True)
-    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-    return label
+from ui.desktop.shared.widgets import ERROR_STYLE, OK_STYLE, selectable_label
 
 
 class MachinesBox(QGroupBox):
@@ -48,7 +36,7 @@ class MachinesBox(QGroupBox):
         self.controller = controller
         layout = QVBoxLayout(self)
         layout.addWidget(
-            _label(
+            selectable_label(
                 "Computers that lend their GPUs (or, without one, their CPU and RAM) to a plan: "
                 "each runs ggml-rpc-server, and the Recommend tab plans across them and this "
                 "machine and gives the commands. Only on a trusted network: the server has no "
@@ -91,7 +79,7 @@ class MachinesBox(QGroupBox):
         row.addWidget(self.add_button)
         row.addWidget(self.remove_button)
         layout.addLayout(row)
-        self.feedback = _label()
+        self.feedback = selectable_label()
         self.feedback.setAccessibleName("Other machines check")
         layout.addWidget(self.feedback)
         controller.changed.connect(self._on_changed)
