@@ -22,7 +22,8 @@ The vocabulary size is stored as ``{arch}.vocab_size`` (a key llama.cpp reads; t
 file's ``tokenizer.ggml.tokens`` has that many entries). ``tensors`` holds the options:
 ``tied_embeddings`` (no ``output.weight``), ``rope_freqs`` (Llama 3 rope scaling: the
 converter adds a global ``rope_freqs.weight``), ``rope_factors`` (Phi-3 LongRoPE:
-``rope_factors_long/short.weight``), ``k_eq_v`` (Gemma 4's ``attention_k_eq_v``: the
+``rope_factors_long/short.weight``), ``qk_norm`` (GLM-4.5/4.6's ``use_qk_norm``: per-head
+q/k norms, optional in glm4moe), ``k_eq_v`` (Gemma 4's ``attention_k_eq_v``: the
 full-attention layers have no V projection, V is K) and ``expert_type`` (``"MXFP4"`` for
 gpt-oss, whose experts are published in MXFP4 and kept so by the converter).
 
@@ -112,6 +113,7 @@ class TensorOptions:
     tied_embeddings: bool = False
     rope_freqs: bool = False
     rope_factors: bool = False
+    qk_norm: bool = False
     k_eq_v: bool = False
     expert_type: ExpertType = "F16"
 
@@ -317,12 +319,12 @@ def _field_str(data: Mapping[str, object], name: str, where: str | None) -> str:
 def _parse_options(raw: object, where: str | None) -> TensorOptions:
     if not isinstance(raw, dict):
         raise CatalogError("tensors should be an object of options", path=where)
-    known = {"tied_embeddings", "rope_freqs", "rope_factors", "k_eq_v", "expert_type"}
+    known = {"tied_embeddings", "rope_freqs", "rope_factors", "qk_norm", "k_eq_v", "expert_type"}
     extra = sorted(set(raw) - known)
     if extra:
         raise CatalogError(f"unknown tensor option(s) {', '.join(extra)}", path=where)
     flags: dict[str, bool] = {}
-    for k in ("tied_embeddings", "rope_freqs", "rope_factors", "k_eq_v"):
+    for k in ("tied_embeddings", "rope_freqs", "rope_factors", "qk_norm", "k_eq_v"):
         v = raw.get(k, False)
         if not isinstance(v, bool):
             raise CatalogError(f"tensors.{k} should be true or false", path=where)
@@ -668,15 +670,14 @@ _TEMPLATES["llama4"] = _Template(
 # src/models/mistral3.cpp: the llama layout (Mistral Small 3.1/3.2 convert to mistral3)
 _TEMPLATES["mistral3"] = _TEMPLATES["llama"]
 _TEMPLATES["glm4moe"] = _Template(
-    # src/models/glm4-moe.cpp: q/k/v biases, q/k norms (GLM-4.5/4.6 use_qk_norm), the
-    # post-attention norm as the FFN norm, leading dense layers, routed experts with the
-    # selection bias and one shared expert; the NextN/MTP layer is not generated (the
-    # entries describe a --no-mtp conversion)
+    # src/models/glm4-moe.cpp: q/k/v biases, q/k norms with the qk_norm option (GLM-4.5/4.6
+    # use_qk_norm; not GLM-4.5-Air), the post-attention norm as the FFN norm, leading dense
+    # layers, routed experts with the selection bias and one shared expert; the NextN/MTP
+    # layer is not generated (the entries describe a --no-mtp conversion)
     layer=(
         *_ATTN_NORM,
         *_QKV,
         *_QKV_BIAS,
-        *_QK_NORM,
         *_ATTN_OUT,
         ("post_attention_norm.weight", ("n_embd",)),
     ),
@@ -801,6 +802,8 @@ def _layer_tensors(
         # DeepSeek-V2-Lite: a plain wq instead of the q LoRA pair
         parts = [p for p in parts if not p[0].startswith(("attn_q_a", "attn_q_b"))]
         parts.insert(1, ("attn_q.weight", ("n_embd", "q_mla")))
+    if hp.arch == "glm4moe" and options.qk_norm:
+        parts[7:7] = _QK_NORM  # after the q/k/v weights and biases, as glm4-moe.cpp has them
     if hp.arch in ("deepseek2", "deepseek32") and dims["n_ff_shexp"] == 0:
         parts = [p for p in parts if "_shexp" not in p[0]]
     return parts

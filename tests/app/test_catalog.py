@@ -75,7 +75,9 @@ REQUIRED = (
     "mistral-small-3.2-24b-2506",
     "glm-4.5",
     "glm-4.6",
+    "glm-4.5-air",
     "qwen3.5-0.8b",
+    "qwen3.5-4b",
     "qwen3.5-9b",
     "qwen3.5-27b",
     "qwen3.5-35b-a3b",
@@ -158,6 +160,27 @@ PUBLISHED_TOTAL_WITH_EXTRAS = [
 ]
 
 
+# zai-org/GLM-4.5 README: "GLM-4.5 has 355 billion total parameters with 32 billion active
+# parameters, while GLM-4.5-Air ... 106 billion total parameters and 12 billion active":
+# Zhipu counts neither the embedding row nor the output head as active.
+@pytest.mark.parametrize(
+    ("key", "published"), [("glm-4.5", 32e9), ("glm-4.6", 32e9), ("glm-4.5-air", 12e9)]
+)
+def test_glm_active_parameters_without_embedding_and_head(key: str, published: float) -> None:
+    spec = spec_of(key)
+    head = next(t.n_elements for t in spec.tensors if t.name == "output.weight")
+    n = active_params(spec) - head
+    assert abs(n - published) / published < 0.02, f"{key}: {n:,}"
+
+
+# Totals known only as a size label in whole billions: within a billion of it. GLM-4.5-Air
+# (README: 106B; 106.85B without its ~2.4B MTP layer), Qwen3.5-4B (4.21B of text, tied).
+@pytest.mark.parametrize(("key", "label"), [("glm-4.5-air", 106e9), ("qwen3.5-4b", 4e9)])
+def test_parameter_count_is_near_the_size_label(key: str, label: float) -> None:
+    n = spec_of(key).n_params
+    assert abs(n - label) < 1e9, f"{key}: {n:,}"
+
+
 # Gemma 4 E2B/E4B: the "effective" parameters are the weights without the per-layer
 # embedding table (per_layer_token_embd: layers x 256 x 262144, looked up, not multiplied)
 @pytest.mark.parametrize(
@@ -206,8 +229,6 @@ def test_the_real_demo_models_match_to_the_parameter() -> None:
         ("kimi-k2-instruct-0905", 32e9, True, 0.04),  # Kimi K2 card: 32B activated
         ("llama-4-scout-17b-16e", 17e9, True, 0.04),  # Llama 4 card: 17B active
         ("llama-4-maverick-17b-128e", 17e9, True, 0.04),  # Llama 4 card: 17B active
-        ("glm-4.5", 32e9, False, 0.04),  # zai-org/GLM-4.5 README: 32B active
-        ("glm-4.6", 32e9, False, 0.04),  # zai-org/GLM-4.5 README: 355B-A32B
         ("qwen3.5-122b-a10b", 10e9, True, 0.04),  # Qwen3.5-122B-A10B: 10B activated
         ("qwen3.5-397b-a17b", 17e9, True, 0.04),  # Qwen3.5-397B-A17B: 17B activated
         # "A3B" rounds 3.45B (with the embedding row; 2.95B without) to whole billions
@@ -280,6 +301,7 @@ def test_kv_cache_per_token_through_the_estimator(key: str, per_token: int) -> N
     ("key", "n_layer", "n_head_kv", "v_heads"),
     [
         ("qwen3.5-0.8b", 24, 2, 16),
+        ("qwen3.5-4b", 32, 4, 32),
         ("qwen3.5-9b", 32, 4, 32),
         ("qwen3.5-27b", 64, 4, 48),
         ("qwen3.5-35b-a3b", 40, 2, 32),
@@ -601,6 +623,7 @@ def test_vision_projectors_are_marked() -> None:
     assert {"qwen3.5-9b", "qwen3.5-35b-a3b", "qwen3.5-397b-a17b"} <= marked
     assert {k for k in catalog_keys() if k.startswith("gemma-4-")} <= marked
     assert not {"llama-3.1-8b", "qwen3-8b", "deepseek-v3", "gpt-oss-20b", "glm-4.5"} & marked
+    assert "glm-4.5-air" not in marked
 
 
 def test_new_layouts_follow_load_arch_tensors() -> None:
@@ -612,6 +635,10 @@ def test_new_layouts_follow_load_arch_tensors() -> None:
     assert glm["blk.3.ffn_up_shexp.weight"].shape == (5120, 1536)
     assert "blk.2.ffn_gate_inp.weight" not in glm  # three leading dense layers
     assert "blk.92.attn_norm.weight" not in glm  # no NextN/MTP layer (--no-mtp)
+    assert glm["blk.0.attn_k_norm.weight"].shape == (128,)  # use_qk_norm
+    air = {t.name for t in catalog_header("glm-4.5-air").tensors}
+    assert "blk.0.attn_k_norm.weight" not in air
+    assert "blk.1.ffn_gate_exps.weight" in air
     q = {t.name: t for t in catalog_header("qwen3.5-27b").tensors}
     assert q["blk.3.attn_q.weight"].shape == (5120, 2 * 24 * 256)  # q and its output gate
     assert "blk.3.ssm_out.weight" not in q
