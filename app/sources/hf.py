@@ -57,6 +57,8 @@ from app.errors import (
     DownloadCancelledError,
     DownloadError,
     GGTuneError,
+    RateLimitedError,
+    RemoteAuthError,
     RemoteError,
     RemoteNotFoundError,
     RemoteUnavailableError,
@@ -530,8 +532,6 @@ def read_models(
 
 def _per_file(err: GGTuneError) -> bool:
     """Return whether ``err`` is about one file (others may still be readable)."""
-    from app.errors import RateLimitedError, RemoteAuthError
-
     return not isinstance(err, RemoteUnavailableError | RateLimitedError | RemoteAuthError)
 
 

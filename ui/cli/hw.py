@@ -23,7 +23,7 @@ from typing import Any
 
 from app.errors import EngineError, GGTuneError, HardwareProfileError, StateFileError
 from app.hardware.devices import Hardware
-from app.hardware.probe import detect
+from app.hardware.probe import detect, local_hardware
 from app.hardware.profiles import ProfileSet, compose, load_profiles
 from app.hardware.report import HardwareReport
 from app.units import format_bytes
@@ -335,8 +335,6 @@ def run_hw(args: argparse.Namespace) -> int:
             print(f"ggtune: skipped {issue}", file=sys.stderr)
         return EXIT_USAGE if profiles.issues else 0
     if args.profile:
-        from app.hardware.probe import local_hardware
-
         hardware = hardware_from_profile(args.profile, local_hardware())
         if args.json:
             print(

@@ -11,7 +11,7 @@ import argparse
 import math
 
 from app.hardware.devices import Device, Hardware, planned_hardware
-from app.model.projector import Projector
+from app.model.projector import Projector, read_projector
 from app.model.spec import ModelSpec
 from app.planning.llama_fit import DEFAULT_FIT_CTX
 from app.planning.runner_plan import RunnerOptions, RunnerPlan, plan_runner
@@ -379,7 +379,6 @@ def options_from_args(args: argparse.Namespace) -> RunnerOptions:
 def projector_from_args(args: argparse.Namespace, model: str) -> Projector | None:
     """Return the projector to budget: ``--mmproj``, else one found for the model file."""
     from app.model.catalog import is_catalog
-    from app.model.projector import read_projector
     from app.sources.refs import is_url
 
     if getattr(args, "no_mmproj", False):

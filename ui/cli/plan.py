@@ -55,7 +55,7 @@ from app.predict.speed import (
 )
 from app.settings import ALL_LAYERS, Settings, runner_defaults
 from app.sources.reading import load_model_spec
-from app.sources.refs import is_repo
+from app.sources.refs import is_repo, parse_repo
 from app.units import GIB, format_bytes
 from ui.cli.commands import COMMANDS
 from ui.cli.options import gib, hardware_from_args, nonnegative_number, positive_number
@@ -379,7 +379,6 @@ def run_compare(args: argparse.Namespace) -> int:
 def _run_compare_repo(args: argparse.Namespace) -> int:
     """``ggtune compare REPO``: one row per quant file of the repo, headers read over HTTP."""
     from app.sources.hf import list_repo, read_models
-    from app.sources.refs import parse_repo
 
     ref = parse_repo(args.model)
     listing = list_repo(ref)
