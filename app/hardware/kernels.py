@@ -4,8 +4,8 @@
 quant type and number of tokens sharing one read of the weights) and its flash-attention
 kernel (per cache type) on this CPU with a given thread count, and the cost of one graph
 node; this module holds the result (:class:`KernelRates`), looks rates up for the speed
-model (:mod:`app.speed`), and keeps them in ``<user cache>/hardware/cpu-kernels.json``
-per machine and thread count, next to the host bandwidth (:mod:`app.hardware_probe`).
+model (:mod:`app.predict.speed`), and keeps them in ``<user cache>/hardware/cpu-kernels.json``
+per machine and thread count, next to the host bandwidth (:mod:`app.hardware.bandwidth`).
 
 Units: nanoseconds per weight (one weight × all tokens of the product), nanoseconds per
 attention element (one query token × one head × one cached token × one head dimension),
