@@ -12,6 +12,7 @@ whether its figure is measured or predicted.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Final
@@ -19,14 +20,18 @@ from typing import Final
 from app.errors import GGTuneError
 from app.hardware.devices import Hardware
 from app.measured.users_result import (
+    RoundSummary,
     Slo,
     UsersPlan,
     predict_rounds,
     served_users,
+    summarize,
 )
+from app.model.spec import ModelSpec
 from app.planning.planner import Capacity
 from app.predict.estimate import resolve_context
 from app.predict.speed import SpeedFactors, workload
+from app.settings import Settings
 
 FIRST_TOKEN_PROMPT: Final = 128
 """Tokens of each user's prompt for the first-token check (a chat turn)."""
@@ -142,3 +147,25 @@ def measured_users(
         served, _fail = served_users(rows)
         return MeasuredUsers(served, max(r.n_users for r in rows), run.created_at[:10])
     return None
+
+
+def predict_every_count(
+    spec: ModelSpec,
+    settings: Settings,
+    hardware: Hardware,
+    plan: UsersPlan,
+    slo: Slo,
+    factors: SpeedFactors,
+) -> dict[int, RoundSummary]:
+    """Return the speed model's round of every user count from 1 to the most of ``plan``
+    (its prompts, tokens, depth and arrivals; one round each; pure, ~ms per round).
+
+    Every count, not only the measured ones, so the predicted answer names the first user
+    who misses ("the 5th does not"); ``ggtune bench --users`` and Verify's Users run both
+    answer from it, so they say the same number.
+    """
+    work = workload(spec, settings, hardware, factors)
+    n_batch = resolve_context(spec, settings).n_batch
+    every = dataclasses.replace(plan, n_users=tuple(range(1, plan.max_users + 1)), repetitions=1)
+    rounds = predict_rounds(work, every, n_batch=n_batch, factors=factors)
+    return {r.n_users: summarize([r], slo) for r in rounds}

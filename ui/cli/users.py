@@ -31,14 +31,13 @@ from app.measured.users_result import (
     UsersPlan,
     UsersResult,
     answer,
-    predict_rounds,
     settings_for_users,
-    summarize,
     users_to_dict,
 )
 from app.model.spec import ModelSpec
-from app.predict.estimate import estimate, resolve_context
-from app.predict.speed import SpeedFactors, kernel_needs, workload
+from app.planning.users import predict_every_count
+from app.predict.estimate import estimate
+from app.predict.speed import SpeedFactors, kernel_needs
 from app.settings import Settings
 from app.sources.reading import load_model_spec
 from ui.cli.options import hardware_from_args, settings_from_args
@@ -158,12 +157,10 @@ def predict(
     slo: Slo,
     factors: SpeedFactors,
 ) -> Prediction:
-    """Return the predicted rounds of ``plan`` (the load test's scheduling, modelled times)."""
-    work = workload(spec, settings, hardware, factors)
-    n_batch = resolve_context(spec, settings).n_batch
-    rounds = predict_rounds(work, plan, n_batch=n_batch, factors=factors)
+    """Return the predicted rounds of every user count from 1 to the most of ``plan`` (the
+    load test's scheduling, modelled times): the same prediction as Verify's Users run."""
     return Prediction(
-        {r.n_users: summarize([r], slo) for r in rounds},
+        predict_every_count(spec, settings, hardware, plan, slo, factors),
         factors.source,
         factors.n_measurements > 0,
     )
@@ -238,7 +235,7 @@ def print_users(result: UsersResult, slo: Slo, pred: Prediction) -> None:
     print_table(rows)
     print()
     print(answer(summaries, slo))
-    predicted = [pred.summaries[n] for n in result.user_counts() if n in pred.summaries]
+    predicted = [pred.summaries[n] for n in sorted(pred.summaries)]  # every count
     print(f"predicted: {answer(predicted, slo)}")
 
 
@@ -251,7 +248,7 @@ def users_json(result: UsersResult, slo: Slo, pred: Prediction) -> dict[str, Any
         entry["predicted_ttft_s"] = p.ttft_s if p else None
         entry["predicted_aggregate_tok_per_s"] = p.aggregate_tok_per_s if p else None
         entry["predicted_goodput"] = p.goodput if p else None
-    predicted = [pred.summaries[n] for n in result.user_counts() if n in pred.summaries]
+    predicted = [pred.summaries[n] for n in sorted(pred.summaries)]  # every count
     data["predicted_answer"] = answer(predicted, slo)
     data["prediction_source"] = pred.source
     data["prediction_calibrated"] = pred.calibrated

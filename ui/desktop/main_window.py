@@ -115,6 +115,9 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.verify_panel, "Verify")
         speed = self.memory_panel.speed
         self.verify.speed_factors = lambda: speed.factors  # one figure on every tab
+        # a stored run moves the calibration and the measured users line at once
+        self.verify.benchmark_finished.connect(lambda _outcome: speed.reload())
+        self.verify.users_finished.connect(lambda _outcome: speed.reload())
         self.compare = CompareController(self.estimates, speed, self)
         self.compare_panel = ComparePanel(self.compare, self.estimates)
         self.compare_panel.downloads.finished.connect(self._on_compare_download_finished)

@@ -20,7 +20,7 @@ from app.hardware.bandwidth import machine_key
 from app.hardware.host import probe_host
 from app.hardware.kernels import cached_rates
 from app.measured.results_db import ResultsDB, quick_file_hash
-from app.measured.users_result import Slo, UsersPlan
+from app.measured.users_result import Slo, UsersPlan, served_users
 from ui.desktop.main_window import MainWindow
 from ui.desktop.verify.users_plot import UsersPoint, describe
 from ui.desktop.verify.users_run import users_counts
@@ -70,7 +70,8 @@ def test_users_run_shows_measured_beside_predicted_and_stores_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # kernels timed afresh
-    db_path = tmp_path / "results.sqlite3"
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # the database every tab reads
+    db_path = ResultsDB().path
     plan = UsersPlan(n_users=(1, 2), n_prompt=16, n_gen=6)
     window = users_window(qtbot, qsettings, smollm_path, db_path, plan)
     panel = window.verify_panel
@@ -89,6 +90,7 @@ def test_users_run_shows_measured_beside_predicted_and_stores_it(
     assert not panel.users_button.isEnabled()
     assert panel.cancel_button.isEnabled()
     assert panel.progress.isVisible()
+    assert panel.results.currentWidget() is view  # the Users tab comes to the front at once
     with qtbot.waitSignal(window.verify.users_finished, timeout=ENGINE_TIMEOUT_MS) as done:
         pass
     outcome = done.args[0]
@@ -150,6 +152,23 @@ def test_users_run_shows_measured_beside_predicted_and_stores_it(
     assert stored[0].result["users"][1]["n_users"] == 2
     assert panel.users_button.isEnabled()
     assert not window.verify.running
+    # the Memory view's users line reads the stored run at once (not at the next launch):
+    # the same count as Verify's answer, and the calibration now includes the run
+    speed = window.memory_panel.speed
+    qtbot.waitUntil(lambda: speed.summary.measured is not None, timeout=30_000)
+    measured = speed.summary.measured
+    assert measured is not None
+    served, _fail = served_users(outcome.measured)
+    assert (measured.served, measured.tested) == (served, 2)
+    assert outcome.answer.startswith(
+        f"{served} user" if served else "Not even 1 user"
+    )  # Verify says the same number
+    qtbot.waitUntil(
+        lambda: f"{served} of up to 2 met it" in window.memory_panel.speed_label.text(),
+        timeout=30_000,
+    )
+    qtbot.waitUntil(lambda: speed.factors.n_measurements > 0, timeout=30_000)
+    assert window.verify.speed_factors() is speed.factors
 
 
 def test_cancel_mid_users_run_ends_the_child_and_stores_nothing(

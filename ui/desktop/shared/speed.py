@@ -224,6 +224,13 @@ class SpeedController(QObject):
         """Whether the users count is being worked out."""
         return self._users.busy
 
+    def reload(self) -> None:
+        """Read this machine's calibration and the newest Users run again: a benchmark or a
+        Users run just stored one, so every tab moves to the new figure now, not at the
+        next launch."""
+        self._factors_key = None
+        self._on_estimates_state_changed(self._estimates.state)
+
     def _on_estimates_state_changed(self, state: EstimateState) -> None:
         if state.model is None:
             return
@@ -326,9 +333,9 @@ class SpeedController(QObject):
     ) -> None:
         if serial != self._factors_serial:
             return
-        factors, self._measured = found
-        changed = factors != self._factors
-        self._factors = factors
+        factors, measured = found
+        changed = factors != self._factors or measured != self._measured
+        self._factors, self._measured = factors, measured
         self.factors_changed.emit(factors)
         if changed:
             self._on_estimates_state_changed(self._estimates.state)

@@ -91,7 +91,8 @@ class VerifyPanel(QWidget):
         intro = QLabel(
             "Ask llama.cpp itself what these settings cost on this machine. A dry run reads "
             "the model without loading its weights (as llama-server's --fit does), in a few "
-            "seconds; a quick benchmark loads it and measures memory and speed. Both run in "
+            "seconds; a quick benchmark loads it and measures memory and speed; Users serves "
+            "1, 2, 4 … users at once and says how many get their answers in time. Each runs in "
             "a separate process."
         )
         intro.setWordWrap(True)
@@ -252,6 +253,8 @@ class VerifyPanel(QWidget):
         self.progress.setVisible(running)
         if running:
             self.banner.hide()
+            if self._controller.kind == "users":  # the run's own tab, from the start
+                self.results.setCurrentWidget(self.users_view)
             self.status.setText("Starting llama.cpp…")
             self.cancel_button.setFocus()
         else:

@@ -146,7 +146,7 @@ class UsersPlotWidget(QWidget):
             [(p.n_users, p.measured_tok_per_s) for p in pts],
             [(n, tps) for n, tps, _t in curve],
             self._slo.min_tok_per_s,
-            f"SLO ≥ {self._slo.min_tok_per_s:g}",
+            f"SLO ≥ {self._slo.min_tok_per_s:g}",  # tok/s: the chart's title says so
         )
         self._chart(
             painter,
@@ -213,9 +213,6 @@ class UsersPlotWidget(QWidget):
         slo_pen = QPen(SLO_COLOR, 1, Qt.PenStyle.DashLine)
         painter.setPen(slo_pen)
         painter.drawLine(QPointF(plot.left(), y(slo)), QPointF(plot.right(), y(slo)))
-        painter.drawText(
-            QPointF(plot.right() - fm.horizontalAdvance(slo_label), y(slo) - 3), slo_label
-        )
         at_measured = {n for n, _v in measured}
         for line, color, style, filled in (
             (predicted, PREDICTED_COLOR, Qt.PenStyle.DashLine, False),
@@ -231,10 +228,14 @@ class UsersPlotWidget(QWidget):
                 if filled or n in at_measured:
                     painter.drawEllipse(d, 3.5, 3.5)
             painter.setBrush(Qt.BrushStyle.NoBrush)
+        # the legend under the axis (the SLO's label there too: on the line it hid points)
         legend_y = box.bottom() - 2
-        painter.setPen(QPen(MEASURED_COLOR, 2))
-        painter.drawText(QPointF(plot.left(), legend_y), "● measured")
-        painter.setPen(QPen(PREDICTED_COLOR, 2))
-        painter.drawText(
-            QPointF(plot.left() + fm.horizontalAdvance("● measured   "), legend_y), "○ predicted"
-        )
+        x0 = plot.left()
+        for text_, color in (
+            ("● measured", MEASURED_COLOR),
+            ("○ predicted", PREDICTED_COLOR),
+            (f"- - {slo_label}", SLO_COLOR),
+        ):
+            painter.setPen(QPen(color, 2))
+            painter.drawText(QPointF(x0, legend_y), text_)
+            x0 += fm.horizontalAdvance(text_ + "   ")

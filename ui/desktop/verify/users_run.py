@@ -2,8 +2,9 @@
 
 :class:`UsersThread` times this CPU's kernels once where the speed model lacks them
 (:func:`runner.kernel_bench.ensure_rates`), predicts the rounds
-(:func:`predict_users_rounds`: the load test's scheduling, the speed model's step times)
-for every user count from 1 to the most the run serves, then runs the load test
+(:func:`app.planning.users.predict_every_count`: the load test's scheduling, the speed
+model's step times) for every user count from 1 to the most the run serves, then runs the
+load test
 (:class:`runner.load_test.LoadTest`: 1, 2, 4 … users decoding together with continuous
 batching, up to the slots on screen, at least 4) and stores it. The answer is a
 :class:`UsersOutcome`; :mod:`ui.desktop.verify.users_view` shows it.
@@ -20,18 +21,9 @@ from PySide6.QtCore import QObject, QThread, Signal
 from app.errors import EngineCancelledError, EngineError, GGTuneError
 from app.hardware.devices import Hardware
 from app.measured.results_db import ResultsDB, quick_file_hash
-from app.measured.users_result import (
-    RoundSummary,
-    Slo,
-    UsersPlan,
-    UsersResult,
-    answer,
-    predict_rounds,
-)
-from app.measured.users_result import summarize as summarize_rounds
-from app.model.spec import ModelSpec
-from app.predict.estimate import resolve_context
-from app.predict.speed import SpeedFactors, kernel_needs, workload
+from app.measured.users_result import RoundSummary, Slo, UsersPlan, UsersResult, answer
+from app.planning.users import predict_every_count
+from app.predict.speed import SpeedFactors, kernel_needs
 from app.settings import Settings
 from runner.benchmark import physical_cores
 from runner.load_test import LoadTest
@@ -134,7 +126,7 @@ class UsersThread(QThread):
             hardware = self._with_kernels()
             if self._cancelled:
                 raise EngineCancelledError("cancelled while timing this CPU's kernels")
-            predicted = predict_users_rounds(
+            predicted = predict_every_count(
                 self._model.spec, self._settings, hardware, self._plan, self._slo, self._factors
             )
             result = self._test.run()
@@ -187,20 +179,3 @@ class UsersThread(QThread):
         )
         host = dataclasses.replace(self._hardware.host, kernels=rates)
         return dataclasses.replace(self._hardware, host=host)
-
-
-def predict_users_rounds(
-    spec: ModelSpec,
-    settings: Settings,
-    hardware: Hardware,
-    plan: UsersPlan,
-    slo: Slo,
-    factors: SpeedFactors,
-) -> dict[int, RoundSummary]:
-    """Return the speed model's summary of a round of every user count from 1 to the most of
-    ``plan`` (its prompts, tokens, depth and arrivals; pure, ~ms per round)."""
-    work = workload(spec, settings, hardware, factors)
-    n_batch = resolve_context(spec, settings).n_batch
-    every = dataclasses.replace(plan, n_users=tuple(range(1, plan.max_users + 1)), repetitions=1)
-    rounds = predict_rounds(work, every, n_batch=n_batch, factors=factors)
-    return {r.n_users: summarize_rounds([r], slo) for r in rounds}

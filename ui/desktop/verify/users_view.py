@@ -15,7 +15,16 @@ import html
 from typing import Final
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHeaderView, QLabel, QTableView, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFrame,
+    QHeaderView,
+    QLabel,
+    QScrollArea,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.measured.users_result import Slo
 from ui.desktop.shared.speed import USERS_SLO, basis_text
@@ -46,12 +55,27 @@ def answer_html(outcome: UsersOutcome) -> str:
 
 class UsersView(QWidget):
     """The Users run's answer, plot and table; empty (with what the run does) until
-    :meth:`set_outcome`."""
+    :meth:`set_outcome`.
+
+    They scroll together: in a 700-pixel window the Verify tab leaves them ~250 pixels,
+    less than the plot and the table need, and squeezed, Qt drew the table over the plot.
+    The table is as tall as its rows (no scroll bar of its own).
+    """
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("users_view")
-        layout = QVBoxLayout(self)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        self.scroll_area = QScrollArea()
+        self.scroll_area.setObjectName("users_scroll")
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        outer.addWidget(self.scroll_area)
+        content = QWidget()
+        self.scroll_area.setWidget(content)
+        layout = QVBoxLayout(content)
         self.answer = QLabel(NO_RUN + f"<br><small>SLO: {USERS_SLO.describe()}</small>")
         self.answer.setObjectName("users_answer")
         self.answer.setWordWrap(True)
@@ -71,7 +95,12 @@ class UsersView(QWidget):
         self.table.verticalHeader().hide()
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.table.setAlternatingRowColors(True)
-        layout.addWidget(self.table, 1)
+        self.table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        layout.addWidget(self.table)
+        layout.addStretch(1)
+        self._fit_table()
         self._outcome: UsersOutcome | None = None
 
     @property
@@ -90,4 +119,12 @@ class UsersView(QWidget):
         points = plot_points(outcome.measured, outcome.predicted)
         self.plot.set_data(points, outcome.slo, predicted_curve(outcome.predicted))
         self.table_model.set_rows(users_rows(outcome.measured, outcome.predicted))
+        self._fit_table()
         self.answer.setText(answer_html(outcome))
+
+    def _fit_table(self) -> None:
+        """Make the table exactly as tall as its header and rows."""
+        rows = self.table_model.rowCount()
+        row_h = self.table.verticalHeader().defaultSectionSize()
+        header_h = self.table.horizontalHeader().sizeHint().height()
+        self.table.setFixedHeight(header_h + rows * row_h + 2 * self.table.frameWidth())
