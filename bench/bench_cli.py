@@ -11,7 +11,9 @@ children's environment, and one untimed run of each command). In the same run, l
 ``llama-fit-params`` (built by the set-up beside the wheel, found by
 :func:`runner.llama_tools.find_tool`) on the same model: ``-fitp on`` prints llama.cpp's
 memory estimate per device, without it the tool fits context and GPU layers; both load the
-model's metadata into the real engine. Prints a markdown table for docs/benchmarks.md.
+model's metadata into the real engine. Prints a markdown table for docs/benchmarks.md, with
+each command's CPU time (user + system, median) beside its wall time and the load average
+before and after: on a busy machine the wall time waits for a core, the CPU time far less.
 
 ``--source DIR`` times the ggtune of another checkout with this venv, to compare with an
 older commit (``git worktree add --detach /tmp/old COMMIT``).
@@ -65,8 +67,29 @@ def compile_sources(source: Path) -> None:
         compileall.compile_dir(source / package, quiet=1)
 
 
-def time_process(argv: Sequence[str]) -> float:
-    """Run ``argv`` once (output discarded); return seconds from spawn to exit."""
+def _children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's finished children; 0 without ``resource``."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0.0
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def load_average() -> str:
+    """The 1-minute load average ("1.8"), or "?" where the OS does not say."""
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except (AttributeError, OSError):
+        return "?"
+
+
+def time_process(argv: Sequence[str]) -> tuple[float, float]:
+    """Run ``argv`` once (output discarded); return (seconds from spawn to exit, the CPU
+    seconds it used). On a loaded machine the wall time grows with the wait for a core;
+    the CPU time much less, so it tells a slower program from a busier machine."""
+    cpu_before = _children_cpu_s()
     started = time.perf_counter()
     done = subprocess.run(
         list(argv), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
@@ -75,7 +98,7 @@ def time_process(argv: Sequence[str]) -> float:
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr[-2000:]}")
-    return elapsed
+    return elapsed, _children_cpu_s() - cpu_before
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,24 +136,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llama-fit-params not measured: {missing}\n", file=sys.stderr)
 
     rows = []
+    load_before = load_average()
     for label, command, target in commands:
         time_process(command)  # bytecode and the OS file cache warm: "cold" = a new process
-        secs = [time_process(command) for _ in range(args.runs)]
-        rows.append((label, secs, target))
+        timed = [time_process(command) for _ in range(args.runs)]
+        rows.append((label, [wall for wall, _ in timed], [cpu for _, cpu in timed], target))
 
     cpu = platform.processor() or platform.machine()
     print(f"{Path(model).name}, {os.cpu_count()} CPUs ({cpu}), Python "
-          f"{platform.python_version()}, {args.runs} runs each, {date.today()}\n")  # fmt: skip
-    print("| command | median | min | max | target |")
-    print("|---|---:|---:|---:|---:|")
+          f"{platform.python_version()}, {args.runs} runs each, {date.today()}, load average "
+          f"{load_before} before, {load_average()} after\n")  # fmt: skip
+    print("| command | median | min | max | CPU time (median) | target |")
+    print("|---|---:|---:|---:|---:|---:|")
     met = True
-    for label, secs, target in rows:
+    for label, secs, cpus, target in rows:
         median = statistics.median(secs)
         mark = ""
         if target is not None:
             met = met and median <= target
             mark = f"≤ {target:g} s" + ("" if median <= target else " (missed)")
-        print(f"| {label} | {median:.2f} s | {min(secs):.2f} s | {max(secs):.2f} s | {mark} |")
+        print(f"| {label} | {median:.2f} s | {min(secs):.2f} s | {max(secs):.2f} s | "
+              f"{statistics.median(cpus):.2f} s | {mark} |")  # fmt: skip
     return 0 if met else 1
 
 
