@@ -313,7 +313,7 @@ class ProfileSet:
     def get(self, name: str) -> HardwareProfile:
         """Return the profile with this id or alias (case-insensitive), or raise."""
         key = name.strip().lower()
-        pid = key if key in self.profiles else self.aliases.get(key)
+        pid = self._find(key)
         if pid is None:
             close = [p for p in self.profiles if key and (key in p or p in key)][:5]
             hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -323,9 +323,23 @@ class ProfileSet:
                 else ""
             )
             raise HardwareProfileError(
-                f"no hardware profile {name!r}{hint} (ggtune hw --profiles lists them){skipped}"
+                f"no hardware profile {name!r}{hint} (the desktop's Hardware tab and "
+                f"ggtune hw --profiles list them){skipped}"
             )
         return self.profiles[pid]
+
+    def _find(self, key: str) -> str | None:
+        """Return the id ``key`` names: an id or alias, written with spaces too ("rtx 3060"
+        is rtx-3060), or a profile's full name ("NVIDIA GeForce RTX 3060 12 GB")."""
+        for k in (key, re.sub(r"[\s_]+", "-", key)):
+            if k in self.profiles:
+                return k
+            if k in self.aliases:
+                return self.aliases[k]
+        for pid, prof in self.profiles.items():
+            if prof.name.lower() == key:
+                return pid
+        return None
 
     def __iter__(self) -> Iterator[HardwareProfile]:
         return iter(self.profiles.values())

@@ -8,6 +8,7 @@ in ``QSettings`` with the recent files).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -18,15 +19,20 @@ from PySide6.QtGui import (
     QDragEnterEvent,
     QDropEvent,
     QKeySequence,
+    QShowEvent,
 )
 from PySide6.QtWidgets import (
+    QAbstractButton,
+    QAbstractItemView,
     QDockWidget,
     QFileDialog,
     QFrame,
     QMainWindow,
     QMessageBox,
+    QPlainTextEdit,
     QScrollArea,
     QTabWidget,
+    QTextEdit,
     QVBoxLayout,
     QWidget,
 )
@@ -46,10 +52,12 @@ from ui.desktop.models.panel import ModelsPanel
 from ui.desktop.recommend.controller import RecommendController
 from ui.desktop.recommend.panel import RecommendPanel
 from ui.desktop.settings.panel import SettingsPanel
+from ui.desktop.settings.remembered import RememberedSettings
 from ui.desktop.shared.banner import MessageBanner
 from ui.desktop.shared.estimate_controller import EstimateController
 from ui.desktop.shared.hardware import HardwareController
 from ui.desktop.shared.model_card import LoadedModel, card_at_quant
+from ui.desktop.shared.widgets import wrap_tooltips
 from ui.desktop.verify.controller import VerifyController
 from ui.desktop.verify.panel import VerifyPanel
 
@@ -57,6 +65,7 @@ GEOMETRY_KEY: Final = "window/geometry"
 STATE_KEY: Final = "window/state"
 TAB_KEY: Final = "window/tab"
 GGUF_SUFFIX: Final = ".gguf"
+TIPS_DELAY_MS: Final = 150
 
 
 def gguf_paths(event: QDragEnterEvent | QDropEvent) -> list[str]:
@@ -66,6 +75,17 @@ def gguf_paths(event: QDragEnterEvent | QDropEvent) -> list[str]:
         return []
     paths = [u.toLocalFile() for u in mime.urls() if u.isLocalFile()]
     return [p for p in paths if p.lower().endswith(GGUF_SUFFIX)]
+
+
+def tab_leaves_every_control(root: QWidget) -> None:
+    """Let Tab leave every table and text box under ``root`` (Qt's default keeps it
+    inside: a table moves between its cells, a text box types a tab); arrows still move."""
+    for view in root.findChildren(QAbstractItemView):
+        view.setTabKeyNavigation(False)
+    for text in root.findChildren(QTextEdit):
+        text.setTabChangesFocus(True)
+    for plain in root.findChildren(QPlainTextEdit):
+        plain.setTabChangesFocus(True)
 
 
 class MainWindow(QMainWindow):
@@ -86,6 +106,7 @@ class MainWindow(QMainWindow):
     ) -> None:
         super().__init__()
         self._settings = settings
+        self._widen_docks = False  # set when no layout was saved
         self.setWindowTitle("ggtune")
         self.setAcceptDrops(True)
         self.setDockNestingEnabled(False)
@@ -95,9 +116,9 @@ class MainWindow(QMainWindow):
         self.models = ModelController(settings, self)
         self.estimates = EstimateController(self.hardware.choice, self)
         self.verify = VerifyController(self)
+        self.remembered = RememberedSettings(settings, self.estimates, self.hardware, self)
         self.hardware.hardware_changed.connect(self.estimates.set_hardware)
         self.hardware.detection_failed.connect(self._on_problem)
-        self.models.model_loaded.connect(self._on_models_model_loaded)
         self.models.model_failed.connect(self._on_models_model_failed)
         self.models.busy_changed.connect(self._on_models_busy_changed)
 
@@ -142,6 +163,8 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         self.models_panel = ModelsPanel(self.models, self.open_file_dialog)
+        # after the panel's own slot: a quant level set again on opening shows on its card
+        self.models.model_loaded.connect(self._on_models_model_loaded)
         self.estimates.quant_changed.connect(self._on_estimates_quant_changed)
         self.models_dock = self._dock("Models", "models_dock", self.models_panel)
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.models_dock)
@@ -159,11 +182,22 @@ class MainWindow(QMainWindow):
         )
 
         self._build_menus()
+        tab_leaves_every_control(self)
+        # tooltips set on the way (a new estimate, a speed line) wrap once things rest
+        self._tips = QTimer(self)
+        self._tips.setSingleShot(True)
+        self._tips.setInterval(TIPS_DELAY_MS)
+        self._tips.timeout.connect(lambda: wrap_tooltips(self))
+        self._tips.start()
+        self.tabs.currentChanged.connect(lambda _i: self._tips.start())
+        self.estimates.state_changed.connect(lambda _s: self._tips.start())
+        self.memory_panel.speed.speed_changed.connect(lambda _s: self._tips.start())
         self.statusBar().showMessage("Starting…")
         self.hardware.hardware_changed.connect(
             lambda choice: self.statusBar().showMessage(choice.label)
         )
         self._restore_window()
+        self.remembered.restore_hardware()
         if detect_hardware:
             self.hardware.detect()
 
@@ -216,6 +250,12 @@ class MainWindow(QMainWindow):
         )
         view_menu.addAction(self.compare_action)
         view_menu.addAction(self.recommend_action)
+        for text, key, panel in (
+            ("&Export", "Ctrl+5", self.export_panel),
+            ("E&xplain", "Ctrl+6", self.explain_panel),
+            ("&Hardware", "Ctrl+7", self.hardware_panel),
+        ):
+            view_menu.addAction(self._action(text, key, self._show_tab(panel)))
         view_menu.addSeparator()
         for dock in (self.models_dock, self.settings_dock):
             view_menu.addAction(dock.toggleViewAction())
@@ -227,9 +267,29 @@ class MainWindow(QMainWindow):
         run_menu = bar.addMenu("&Run")
         self.dry_run_action = self._action("&Dry run on llama.cpp", "F5", self.start_dry_run)
         run_menu.addAction(self.dry_run_action)
+        verify = self.verify_panel
+        self.bench_action = self._action(
+            "&Benchmark (quick)", "F6", self._click(verify.bench_button)
+        )
+        self.users_action = self._action("&Users", "F7", self._click(verify.users_button))
+        run_menu.addAction(self.bench_action)
+        run_menu.addAction(self.users_action)
 
         help_menu = bar.addMenu("&Help")
         help_menu.addAction(self._action("&About ggtune", None, self._about))
+
+    def _show_tab(self, panel: QWidget) -> Callable[[], None]:
+        return lambda: self.tabs.setCurrentWidget(panel)
+
+    def _click(self, button: QAbstractButton) -> Callable[[], None]:
+        """Return a slot that shows Verify and presses ``button`` (when it is on)."""
+
+        def press() -> None:
+            self.tabs.setCurrentWidget(self.verify_panel)
+            if button.isEnabled():
+                button.click()
+
+        return press
 
     # --- actions ---
 
@@ -270,6 +330,7 @@ class MainWindow(QMainWindow):
     def _on_models_model_loaded(self, model: LoadedModel) -> None:
         self.banner.hide()
         self.estimates.set_model(model)
+        self.remembered.restore(model)
         if model.is_demo:
             name = "the demo model"
         elif model.is_catalog:
@@ -333,6 +394,7 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geometry)
         else:
             self.resize(1280, 820)
+            self._widen_docks = True
         state = self._settings.value(STATE_KEY)
         if isinstance(state, QByteArray) and not state.isEmpty():
             self.restoreState(state)
@@ -340,6 +402,19 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentIndex(
             int(tab) if isinstance(tab, int | str) and str(tab).isdigit() else 0
         )
+
+    def showEvent(self, event: QShowEvent) -> None:
+        """On the first show without a saved layout, give the docks a share of the width
+        (they kept 240 and 330 px at every size)."""
+        super().showEvent(event)
+        if self._widen_docks:
+            self._widen_docks = False
+            width = self.width()
+            self.resizeDocks(
+                [self.models_dock, self.settings_dock],
+                [max(240, width // 6), max(330, width // 4)],
+                Qt.Orientation.Horizontal,
+            )
 
     def save_window(self) -> None:
         """Remember geometry, docks and the current tab."""

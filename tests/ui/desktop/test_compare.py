@@ -47,7 +47,7 @@ def wait_for_rows(qtbot: QtBot, window: MainWindow) -> None:
     def settled() -> None:
         result = window.compare.result
         assert result is not None
-        assert result.settings == window.estimates.settings
+        assert result.settings == window.estimates.state.settings  # what the runner runs
         assert not window.compare.busy
 
     qtbot.waitUntil(settled, timeout=RESULT_TIMEOUT_MS)
@@ -213,7 +213,7 @@ def wait_for_repo_rows(qtbot: QtBot, window: MainWindow) -> None:
         result = window.compare.result
         assert result is not None
         assert result.repo == REPO
-        assert result.settings == window.estimates.settings
+        assert result.settings == window.estimates.state.settings  # what the runner runs
         assert not window.compare.busy
 
     qtbot.waitUntil(settled, timeout=RESULT_TIMEOUT_MS)

@@ -71,7 +71,7 @@ class ExportPanel(QWidget):
         self.target_combo.setToolTip("Which program should run the model with these settings")
         for target in TARGETS:
             self.target_combo.addItem(RUNNER_TITLES[target], target)
-        target_label = QLabel("Export &for:")
+        target_label = QLabel("E&xport for:")
         target_label.setBuddy(self.target_combo)
         row.addWidget(target_label)
         row.addWidget(self.target_combo)
@@ -104,10 +104,10 @@ class ExportPanel(QWidget):
         layout.addWidget(self.preview, 1)
 
         buttons = QHBoxLayout()
-        self.copy_button = QPushButton("&Copy")
+        self.copy_button = QPushButton("C&opy")
         self.copy_button.setToolTip("Copy everything shown to the clipboard")
         self.copy_button.clicked.connect(self.copy)
-        self.save_button = QPushButton("&Save…")
+        self.save_button = QPushButton("S&ave…")
         self.save_button.clicked.connect(self.save)
         self.lmstudio_button = QPushButton("&Write to LM Studio's config")
         self.lmstudio_button.setToolTip(

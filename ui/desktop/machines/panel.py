@@ -72,7 +72,7 @@ class MachinesBox(QGroupBox):
         self.add_button.clicked.connect(self.add)
         self.address.returnPressed.connect(self.add)
         self.hardware.returnPressed.connect(self.add)
-        self.remove_button = QPushButton("Remo&ve")
+        self.remove_button = QPushButton("Rem&ove")
         self.remove_button.clicked.connect(self.remove_selected)
         for widget in (self.address, self.hardware, self.name):
             row.addWidget(widget, 1)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QSlider, QSpinBox, QWidget
+from PySide6.QtWidgets import QSlider, QSpinBox, QVBoxLayout, QWidget
 
 from ui.desktop.shared.scales import context_steps, format_tokens, nearest_step
 from ui.desktop.shared.widgets import signals_blocked
@@ -28,9 +28,11 @@ class ContextControl(QWidget):
         self.spin.setAccessibleName("Context size in tokens")
         self.spin.setGroupSeparatorShown(True)
         self.spin.setMinimumWidth(120)
-        layout = QHBoxLayout(self)
+        # the slider on a row of its own: beside the box it was 35-50 px long (issue 18)
+        layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.slider, 1)
+        layout.setSpacing(2)
+        layout.addWidget(self.slider)
         layout.addWidget(self.spin)
         self.set_maximum(4096)
 

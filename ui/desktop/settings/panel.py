@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 
 from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
+from app.planning.runner_plan import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOINTS
 from app.settings import ALL_LAYERS, CACHE_TYPES, FLASH_ATTN_MODES, RUNNERS, Settings
 from app.units import GIB
 from ui.desktop.settings.context import ContextControl
@@ -45,7 +46,7 @@ from ui.desktop.shared.estimate_controller import (
 from ui.desktop.shared.hardware import HardwareChoice, HardwareController, describe_hardware
 from ui.desktop.shared.model_card import LoadedModel
 from ui.desktop.shared.scales import gpu_layers_text
-from ui.desktop.shared.widgets import signals_blocked
+from ui.desktop.shared.widgets import signals_blocked, wrap_tip
 
 _FLASH_TITLES = {"auto": "Auto", "on": "On", "off": "Off"}
 
@@ -123,14 +124,67 @@ class SettingsPanel(QWidget):
             "sizes and parallel users"
         )
         self.runner_combo.currentIndexChanged.connect(self._on_runner_combo_changed)
-        self.reset_button = QPushButton("R&eset")
+        self.reset_button = QPushButton("Reset")
         self.reset_button.setToolTip("Take the runner's default settings again")
         self.reset_button.clicked.connect(self._controller.reset_to_runner_defaults)
         row = QHBoxLayout()
         row.addWidget(self.runner_combo, 1)
         row.addWidget(self.reset_button)
-        form.addRow(_label("&Preset:", self.runner_combo), row)
+        form.addRow(_label("Preset:", self.runner_combo), row)
+        self.cache_ram = QSpinBox()
+        self.cache_ram.setRange(-1, 1024 * 1024)
+        self.cache_ram.setSingleStep(1024)
+        self.cache_ram.setSpecialValueText("no limit")
+        self.cache_ram.setSuffix(" MiB")
+        self.cache_ram.setValue(DEFAULT_CACHE_RAM_MIB)
+        self.cache_ram.setKeyboardTracking(False)
+        self.cache_ram.setToolTip(
+            wrap_tip(
+                "llama-server's --cache-ram: system RAM kept for prompts already read, so "
+                "a conversation picked up again is not read again (0 turns it off). Its "
+                f"default is {DEFAULT_CACHE_RAM_MIB:,} MiB; the Memory bars show it as "
+                "Prompt cache, memory that grows with use up to this limit"
+            )
+        )
+        self.cache_ram.valueChanged.connect(
+            lambda mib: self._controller.set_options(cache_ram_mib=mib)
+        )
+        form.addRow(_label("Prompt cache:", self.cache_ram), self.cache_ram)
+        self.checkpoints = QSpinBox()
+        self.checkpoints.setRange(0, 1024)
+        self.checkpoints.setSuffix(" per user")
+        self.checkpoints.setValue(DEFAULT_CTX_CHECKPOINTS)
+        self.checkpoints.setKeyboardTracking(False)
+        self.checkpoints.setToolTip(
+            wrap_tip(
+                "llama-server's --ctx-checkpoints: copies of the recurrent or sliding-window "
+                "state kept per user, so an edited conversation need not be read from the "
+                f"start (default {DEFAULT_CTX_CHECKPOINTS}; 0: none). The Memory bars show "
+                "them as Checkpoints; models without such state keep none"
+            )
+        )
+        self.checkpoints.valueChanged.connect(
+            lambda n: self._controller.set_options(ctx_checkpoints=n)
+        )
+        form.addRow(_label("Checkpoints:", self.checkpoints), self.checkpoints)
+        self._show_server_options(self._controller.runner)
         return box
+
+    def _show_server_options(self, runner: str) -> None:
+        """Show llama-server's own knobs as the controller holds them (on for it alone)."""
+        options = self._controller.options
+        server = runner == "llama-server"
+        with signals_blocked(self.cache_ram, self.checkpoints):
+            self.cache_ram.setValue(
+                DEFAULT_CACHE_RAM_MIB if options.cache_ram_mib is None else options.cache_ram_mib
+            )
+            self.checkpoints.setValue(
+                DEFAULT_CTX_CHECKPOINTS
+                if options.ctx_checkpoints is None
+                else options.ctx_checkpoints
+            )
+        self.cache_ram.setEnabled(server)
+        self.checkpoints.setEnabled(server)
 
     def _build_quant(self) -> QGroupBox:
         box = QGroupBox("Model file")
@@ -178,7 +232,7 @@ class SettingsPanel(QWidget):
         self.flash.currentIndexChanged.connect(
             lambda _i: self._controller.update(flash_attn=self.flash.currentData())
         )
-        form.addRow(_label("Fl&ash attention:", self.flash), self.flash)
+        form.addRow(_label("Flash attention:", self.flash), self.flash)
 
         self.parallel = QSpinBox()
         self.parallel.setRange(1, 256)
@@ -186,15 +240,15 @@ class SettingsPanel(QWidget):
         self.parallel.setToolTip("Sequences served at once (llama-server -np)")
         self.parallel.setKeyboardTracking(False)
         self.parallel.valueChanged.connect(lambda v: self._controller.update(n_parallel=v))
-        self.unified = QCheckBox("&Shared cache for all users")
+        self.unified = QCheckBox("Shared cache for all users")
         self.unified.setToolTip(
             "One KV cache shared by all users (-kvu) instead of an equal slice each"
         )
         self.unified.toggled.connect(lambda on: self._controller.update(kv_unified=on))
-        form.addRow(_label("Parallel &users:", self.parallel), self.parallel)
+        form.addRow(_label("Parallel users:", self.parallel), self.parallel)
         form.addRow("", self.unified)
 
-        self.swa_full = QCheckBox("Full-size sliding-&window cache")
+        self.swa_full = QCheckBox("Full-size sliding-window cache")
         self.swa_full.setToolTip(
             "Keep every token in the sliding-window layers' cache (--swa-full); "
             "needed to reuse long prompts, costs memory"
@@ -210,9 +264,10 @@ class SettingsPanel(QWidget):
         self.gpu_layers.setAccessibleName("Layers on the GPU")
         self.gpu_layers.valueChanged.connect(self._on_gpu_layers_moved)
         self.gpu_layers_label = QLabel()
-        self.gpu_layers_label.setMinimumWidth(90)
-        row = QHBoxLayout()
-        row.addWidget(self.gpu_layers, 1)
+        self.gpu_layers_label.setWordWrap(True)
+        row = QVBoxLayout()  # the slider full width, its words under it
+        row.setSpacing(2)
+        row.addWidget(self.gpu_layers)
         row.addWidget(self.gpu_layers_label)
         form.addRow(_label("&GPU layers:", self.gpu_layers), row)
 
@@ -220,7 +275,7 @@ class SettingsPanel(QWidget):
         self.cpu_moe.setSuffix(" layers")
         self.cpu_moe.setKeyboardTracking(False)
         self.cpu_moe.valueChanged.connect(lambda v: self._controller.update(n_cpu_moe=v))
-        form.addRow(_label("&MoE experts on CPU:", self.cpu_moe), self.cpu_moe)
+        form.addRow(_label("MoE experts on CPU:", self.cpu_moe), self.cpu_moe)
 
         self.batch = QSpinBox()
         self.batch.setRange(1, 65536)
@@ -236,9 +291,9 @@ class SettingsPanel(QWidget):
             "Physical batch: tokens computed in one step (-ub); sets the compute buffers"
         )
         self.ubatch.valueChanged.connect(lambda v: self._controller.update(n_ubatch=v))
-        form.addRow(_label("&Batch:", self.batch), self.batch)
-        form.addRow(_label("M&icro-batch:", self.ubatch), self.ubatch)
-        self.mmap = QCheckBox("Map the file i&nto memory (mmap)")
+        form.addRow(_label("Batch:", self.batch), self.batch)
+        form.addRow(_label("Micro-batch:", self.ubatch), self.ubatch)
+        self.mmap = QCheckBox("Map the file into memory (mmap)")
         self.mmap.setToolTip(
             "Read the weights straight from the file (the runners' default). Off "
             "(llama-server --load-mode none, Ollama use_mmap false): the weights are "
@@ -251,16 +306,25 @@ class SettingsPanel(QWidget):
     def _build_hardware(self) -> QGroupBox:
         box = QGroupBox("Hardware")
         form = _form(box)
-        self.this_machine = QRadioButton("&This machine")
-        self.planned = QRadioButton("P&lan for GPUs:")
+        self.this_machine = QRadioButton("This machine")
+        self.planned = QRadioButton("Plan for GPUs:")
+        self.profile = QRadioButton("A profile from the Hardware tab:")
+        self.profile.setToolTip("The profile or composition last chosen on the Hardware tab")
+        self.profile.setEnabled(False)  # until one is chosen there
         group = QButtonGroup(self)
         group.addButton(self.this_machine)
+        group.addButton(self.profile)
         group.addButton(self.planned)
         self.this_machine.setChecked(True)
         self.machine_label = QLabel("detecting…")
         self.machine_label.setWordWrap(True)
+        self.profile_label = QLabel("none chosen yet")
+        self.profile_label.setWordWrap(True)
+        self._profile_choice: HardwareChoice | None = None
         form.addRow(self.this_machine)
         form.addRow(self.machine_label)
+        form.addRow(self.profile)
+        form.addRow(self.profile_label)
         form.addRow(self.planned)
         self.gpu_count = QSpinBox()
         self.gpu_count.setRange(1, 16)
@@ -281,9 +345,11 @@ class SettingsPanel(QWidget):
         row = QHBoxLayout()
         row.addWidget(self.gpu_count)
         row.addWidget(self.gpu_gib, 1)
-        form.addRow(_label("Si&ze:", self.gpu_count), row)
-        form.addRow(_label("System &RAM:", self.ram_gib), self.ram_gib)
-        self.this_machine.toggled.connect(self._on_hardware_source_toggled)
+        form.addRow(_label("Size:", self.gpu_count), row)
+        form.addRow(_label("System RAM:", self.ram_gib), self.ram_gib)
+        self.this_machine.toggled.connect(self._on_this_machine_toggled)
+        self.profile.toggled.connect(self._on_profile_toggled)
+        self.planned.toggled.connect(self._on_planned_toggled)
         self._set_plan_enabled(False)
         return box
 
@@ -312,12 +378,21 @@ class SettingsPanel(QWidget):
             changes["n_ubatch"] = value
         self._controller.update(**changes)
 
-    def _on_hardware_source_toggled(self, local: bool) -> None:
-        self._set_plan_enabled(not local)
-        if local:
+    def _on_this_machine_toggled(self, on: bool) -> None:
+        if on:
+            self._set_plan_enabled(False)
             self._hardware.use_local()
-        else:
+
+    def _on_planned_toggled(self, on: bool) -> None:
+        if on:
+            self._set_plan_enabled(True)
             self._on_plan_changed()
+
+    def _on_profile_toggled(self, on: bool) -> None:
+        choice = self._profile_choice
+        if on and choice is not None and self._hardware.choice != choice:
+            self._set_plan_enabled(False)
+            self._hardware.set_hardware(choice.hardware, choice.label, "profile")
 
     def _on_plan_changed(self) -> None:
         if self.planned.isChecked():
@@ -333,6 +408,9 @@ class SettingsPanel(QWidget):
     def _on_controller_runner_changed(self, runner: str) -> None:
         with signals_blocked(self.runner_combo):
             self.runner_combo.setCurrentIndex(self.runner_combo.findData(runner))
+        if runner != "llama-server":  # the others take their own defaults
+            self._controller.set_options(cache_ram_mib=None, ctx_checkpoints=None)
+        self._show_server_options(runner)
 
     def _on_controller_quant_changed(self, quant: str | None) -> None:
         index = self.quant_combo.findData(quant or FILE_QUANT)
@@ -417,6 +495,7 @@ class SettingsPanel(QWidget):
         self.gpu_layers_label.setText(gpu_layers_text(settings.n_gpu_layers, n_layer))
 
     def _on_controller_state_changed(self, state: EstimateState) -> None:
+        self._show_server_options(self._controller.runner)  # set_options has no signal
         est = state.estimate
         if est is not None:
             ctx = est.context
@@ -460,9 +539,24 @@ class SettingsPanel(QWidget):
                 self.ram_gib.setValue(round(ram / GIB, 1))
 
     def _on_hardware_changed(self, choice: HardwareChoice) -> None:
-        local = choice.source == "local"
-        if local != self.this_machine.isChecked():
-            with signals_blocked(self.this_machine, self.planned):
-                self.this_machine.setChecked(local)
-                self.planned.setChecked(not local)
-            self._set_plan_enabled(choice.source == "planned")
+        """Show the hardware planned for, whichever tab chose it: the box never
+        contradicts the plan (a profile's GPUs and RAM fill the sizes, greyed)."""
+        button = {"local": self.this_machine, "profile": self.profile}.get(
+            choice.source, self.planned
+        )
+        if choice.source == "profile":
+            self._profile_choice = choice
+            self.profile.setEnabled(True)
+            self.profile_label.setText(choice.label)
+        if choice.source != "local":
+            gpus = choice.hardware.gpus
+            ram = choice.hardware.host.capacity_bytes
+            with signals_blocked(self.gpu_count, self.gpu_gib, self.ram_gib):
+                if gpus:
+                    self.gpu_count.setValue(len(gpus))
+                    self.gpu_gib.setValue(round((gpus[0].capacity_bytes or 0) / GIB, 1))
+                if ram:
+                    self.ram_gib.setValue(round(ram / GIB, 1))
+        with signals_blocked(self.this_machine, self.profile, self.planned):
+            button.setChecked(True)
+        self._set_plan_enabled(choice.source == "planned")

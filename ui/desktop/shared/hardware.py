@@ -33,7 +33,9 @@ class HardwareChoice:
 
 
 def describe_hardware(hardware: Hardware) -> str:
-    """Return e.g. "1 × 24.0 GiB GPU, 62.8 GiB RAM" or "CPU only, 23.5 GiB RAM"."""
+    """Return e.g. "1 × 24.0 GiB GPU, 62.8 GiB RAM" or "CPU only, 23.5 GiB RAM"; a GPU of a
+    profile says what of its memory a model may use: "1 × 11.0 GiB GPU (usable of 12.0 GiB)"
+    (llama.cpp's fit leaves 1 GiB free per device)."""
     host = hardware.host
     ram = host.capacity_bytes
     ram_text = "RAM size unknown" if ram is None else f"{format_bytes(ram)} RAM"
@@ -47,6 +49,10 @@ def describe_hardware(hardware: Hardware) -> str:
         gpus = f"{len(sizes)} × {size} GPU"
     else:
         gpus = " + ".join("?" if s is None else format_bytes(s) for s in sizes) + " GPUs"
+    physical = {g.memory_bytes for g in hardware.gpus}
+    if len(physical) == 1 and None not in physical and physical != set(sizes):
+        (whole,) = physical
+        gpus += f" (usable of {format_bytes(whole or 0)})"
     return f"{gpus}, {ram_text}"
 
 

@@ -1,9 +1,11 @@
 """Small widget helpers the panels share: signals blocked for a block of code, a Yes/Cancel
-question, a selectable wrapped label, and the colours of an error and a success line."""
+question, a selectable wrapped label, the colours of an error and a success line, and
+tooltips that wrap."""
 
 from __future__ import annotations
 
 import contextlib
+import html
 from collections.abc import Iterator
 from typing import Final
 
@@ -46,3 +48,30 @@ def selectable_label(text: str = "") -> QLabel:
     label.setWordWrap(True)
     label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     return label
+
+
+TIP_WIDTH_CHARS = 70
+"""About where a tooltip wraps (Qt wraps rich text only; a plain one is one long line)."""
+
+
+def wrap_tip(text: str) -> str:
+    """Return ``text`` as a tooltip that wraps (rich text, the words escaped).
+
+    >>> wrap_tip("a < b")
+    '<qt>a &lt; b</qt>'
+    """
+    if text.startswith("<qt>") or len(text) <= TIP_WIDTH_CHARS:
+        return text
+    return f"<qt>{html.escape(text, quote=False)}</qt>"
+
+
+def wrap_tooltips(root: QWidget) -> None:
+    """Make every long plain tooltip under ``root`` wrap (Qt shows plain text as one line:
+    ~1,900 px for some, clipped at both screen edges). Cheap: call it again after a change
+    that sets new tooltips (a tab shown, a model opened)."""
+    for widget in (root, *root.findChildren(QWidget)):
+        text = widget.toolTip()
+        if text:
+            wrapped = wrap_tip(text)
+            if wrapped != text:
+                widget.setToolTip(wrapped)
