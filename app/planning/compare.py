@@ -11,7 +11,7 @@ estimator refuses) gets a row carrying its ``error`` and no numbers.
 :func:`app.sources.refs.is_repo` says whether a model argument names a repo rather than a
 file or ``catalog:NAME``.
 
-Pure: no Qt, no printing; the CLI (ui/cli/plan.py) and the desktop (ui/desktop/
+Pure: no Qt, no printing; the CLI (ui/cli/compare.py) and the desktop (ui/desktop/
 compare/) format these rows.
 
 Example::

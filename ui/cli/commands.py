@@ -25,7 +25,7 @@ COMMANDS: Final[dict[str, Command]] = {
     "estimate": Command("ui.cli.estimate", "where every byte goes, per device"),
     "hw": Command("ui.cli.hw", "what ggtune and llama.cpp see of this machine; profiles"),
     "export": Command("ui.cli.export", "write the settings in a runner's own format"),
-    "library": Command("ui.cli.export", "list the GGUF models on this machine"),
+    "library": Command("ui.cli.library", "list the GGUF models on this machine"),
     "bench": Command(
         "ui.cli.bench", "run the model on llama.cpp: speed and memory, measured beside estimated"
     ),
@@ -34,8 +34,8 @@ COMMANDS: Final[dict[str, Command]] = {
     "hf": Command(
         "ui.cli.hf", "compare a Hugging Face repo's quant files without downloading; download one"
     ),
-    "compare": Command("ui.cli.plan", "every quant level side by side: memory, speed, quality"),
-    "recommend": Command("ui.cli.plan", "settings for a goal, and why"),
+    "compare": Command("ui.cli.compare", "every quant level side by side: memory, speed, quality"),
+    "recommend": Command("ui.cli.recommend", "settings for a goal, and why"),
     "plan": Command("ui.cli.plan", "how many users fit at a context and speed"),
 }
 """In the order ``ggtune --help`` lists them."""
