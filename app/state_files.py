@@ -25,7 +25,6 @@ import json
 import os
 import re
 import stat
-import tomllib
 from typing import Final
 
 from app.errors import StateFileError
@@ -125,6 +124,8 @@ def load_toml(
     max_depth: int = MAX_DEPTH,
 ) -> dict[str, object]:
     """Return the TOML document in the file at ``path``; raise StateFileError if it is not."""
+    import tomllib  # here: most runs read no TOML, and its parser is ~2 ms of start-up
+
     text = read_text(path, max_bytes=max_bytes)
     _check_depth(path, text, max_depth)
     try:

@@ -15,10 +15,11 @@
   exit 0, or non-zero with the reason on the last line;
 * anything else: the command line (:func:`ui.cli.main.run`), e.g. ``ggtune estimate MODEL``.
 
-:func:`main` calls :func:`multiprocessing.freeze_support` before anything else: in a
-frozen bundle the runner's ``spawn`` children start this same executable, and that call
-turns them into the child instead of a second app. Qt is imported only on the desktop
-paths, so CLI runs and the runner's children stay light.
+In a frozen bundle :func:`main` calls :func:`multiprocessing.freeze_support` before anything
+else: the runner's ``spawn`` children start this same executable, and that call turns them
+into the child instead of a second app. Outside a bundle the call does nothing, so it is not
+made and multiprocessing (~10 ms of imports) is left to the commands that start a child. Qt
+is imported only on the desktop paths, so CLI runs and the runner's children stay light.
 
 Example::
 
@@ -29,7 +30,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import sys
 import tempfile
@@ -49,7 +49,10 @@ EXIT_USAGE: Final = 2
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Console-script and bundle entry point: dispatch on the arguments, then exit."""
-    multiprocessing.freeze_support()  # first: a frozen spawn child stops here
+    if is_frozen():  # first: a frozen spawn child stops here
+        import multiprocessing
+
+        multiprocessing.freeze_support()
     sys.exit(dispatch(sys.argv[1:] if argv is None else list(argv)))
 
 

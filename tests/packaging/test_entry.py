@@ -93,13 +93,32 @@ def test_cli_arguments_run_the_cli(gemma_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_main_calls_freeze_support_before_anything(monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+
     order: list[str] = []
-    monkeypatch.setattr(entry.multiprocessing, "freeze_support", lambda: order.append("freeze"))
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(multiprocessing, "freeze_support", lambda: order.append("freeze"))
     monkeypatch.setattr(entry, "dispatch", lambda argv: order.append(f"dispatch {argv}") or 7)
     with pytest.raises(SystemExit) as stop:
         entry.main(["hw"])
     assert stop.value.code == 7
     assert order == ["freeze", "dispatch ['hw']"]
+
+
+def test_a_cli_run_outside_a_bundle_imports_no_multiprocessing(gemma_path: Path) -> None:
+    # freeze_support does nothing outside a bundle; importing multiprocessing for it cost
+    # every `ggtune inspect` ~10 ms of its 0.2 s budget (docs/benchmarks.md, section cli).
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['ggtune', 'inspect', {str(gemma_path)!r}, '--json']\n"
+        "try:\n    runpy.run_module('ui.entry', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "print('multiprocessing' in sys.modules, file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stderr.strip().splitlines()[-1] == "False"
 
 
 def test_frozen_pip_call_gets_a_clear_refusal(

@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
-import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from app.errors import GGTuneError, GGUFError
+from app.paths import is_frozen
 from ui.cli.commands import COMMANDS
 from ui.cli.output import EXIT_USAGE, Parser, TerminalSafe
 
@@ -135,7 +135,10 @@ def _silence(stream: object) -> None:
 
 def main() -> NoReturn:
     """Console-script entry point."""
-    multiprocessing.freeze_support()
+    if is_frozen():  # a frozen spawn child stops here; elsewhere the call does nothing
+        import multiprocessing
+
+        multiprocessing.freeze_support()
     sys.exit(run())
 
 
