@@ -28,6 +28,7 @@ from app.measured.users_result import (
     summarize,
 )
 from app.model.spec import ModelSpec
+from app.planning.goals import Candidate
 from app.planning.planner import Capacity
 from app.predict.estimate import resolve_context
 from app.predict.speed import SpeedFactors, workload
@@ -58,6 +59,14 @@ def burst_ttft_s(
     """Return the predicted first token (worst user) of ``n_users`` arriving together."""
     plan = capacity.plan
     assert plan is not None, "a capacity of at least one user has a plan"
+    return plan_burst_ttft_s(plan, hardware, n_users, factors, n_prompt)
+
+
+def plan_burst_ttft_s(
+    plan: Candidate, hardware: Hardware, n_users: int, factors: SpeedFactors, n_prompt: int
+) -> float:
+    """Return the predicted first token (worst user) of ``n_users`` arriving together at
+    ``plan``'s settings."""
     settings = plan.settings
     work = workload(plan.quant.spec, settings, hardware, factors)
     n_batch = resolve_context(plan.quant.spec, settings).n_batch
@@ -108,6 +117,14 @@ class MeasuredUsers:
     served: int
     tested: int
     date: str
+
+    def describe(self) -> str:
+        """Return it in words, as every screen says it (Memory view, ``ggtune plan``).
+
+        >>> MeasuredUsers(3, 8, "2026-12-01").describe()
+        'measured 2026-12-01: 3 of up to 8 met it in a Users run'
+        """
+        return f"measured {self.date}: {self.served} of up to {self.tested} met it in a Users run"
 
 
 def measured_users(
@@ -169,3 +186,34 @@ def predict_every_count(
     every = dataclasses.replace(plan, n_users=tuple(range(1, plan.max_users + 1)), repetitions=1)
     rounds = predict_rounds(work, every, n_batch=n_batch, factors=factors)
     return {r.n_users: summarize([r], slo) for r in rounds}
+
+
+def plan_users_line(
+    plan: Candidate,
+    hardware: Hardware,
+    slo: Slo,
+    factors: SpeedFactors,
+    measured: MeasuredUsers | None = None,
+    *,
+    n_prompt: int = FIRST_TOKEN_PROMPT,
+) -> str:
+    """Return a plan's users in one line: each user's speed, the last one's first token when
+    they arrive together, whether that meets ``slo``, predicted or measured — the Recommend
+    tab's users line, in the Memory view's words.
+
+    Raises GGTuneError where the speed model cannot price the plan.
+    """
+    n = max(1, plan.settings.n_parallel)
+    ttft = plan_burst_ttft_s(plan, hardware, n, factors, n_prompt)
+    tps = plan.speed.per_user_tok_per_s
+    met = ttft <= slo.ttft_s and tps >= slo.min_tok_per_s
+    who = "1 user" if n == 1 else f"{n} users arriving together"
+    basis = "calibrated" if factors.n_measurements > 0 else "not calibrated"
+    text = (
+        f"{who}: ~{tps:.1f} tok/s each, first token after {ttft:.2f} s at worst "
+        f"({n_prompt}-token prompts): {'within' if met else 'outside'} {slo.describe()} "
+        f"(predicted, {basis})"
+    )
+    if measured is not None:
+        text += f"; {measured.describe()}"
+    return text + "."

@@ -63,6 +63,20 @@ def test_users_json_table_and_store(
     assert "stored as load test #2" in out
     assert "calibrated on 1 run(s) of this machine" in out  # the first run feeds the model
 
+    # ggtune plan says the stored run's count beside its prediction, under the same SLO
+    served = max(u["n_users"] for u in data["users"] if u["goodput"] == u["n_users"])
+    plan = ["plan", model, "--ctx", "256", "--min-tps", "1", "--ttft", "5", "--db", str(db)]
+    assert run([*plan, "--no-simulate", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["slo"] == {"ttft_s": 5.0, "min_tok_per_s": 1.0}
+    assert planned["measured"]["served"] == served  # the run the first bench stored
+    assert planned["measured"]["tested"] == 2
+    assert planned["users_within_slo"] <= planned["max_users"]
+    assert run([*plan, "--no-simulate"]) == 0
+    text = capsys.readouterr().out
+    assert f"Within first token ≤ 5 s, ≥ 1 tok/s each: {planned['users_within_slo']} user" in text
+    assert f": {served} of up to 2 met it in a Users run" in text
+
 
 @pytest.mark.parametrize(
     ("extra", "message"),

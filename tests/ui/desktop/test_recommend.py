@@ -17,11 +17,13 @@ from app.errors import GGTuneError
 from app.planning.goals import Goal
 from app.planning.options import COMPARE_QUANTS, quant_options
 from app.planning.planner import recommend
+from app.planning.users import plan_users_line
 from app.predict.estimate import estimate
 from tests.ui.desktop.test_main_window import TEST_HARDWARE, held_only, make_window
 from ui.desktop.main_window import MainWindow
 from ui.desktop.recommend.rows import GoalForm, RecommendOutcome
 from ui.desktop.shared.estimate_controller import fit_settings
+from ui.desktop.shared.speed import USERS_SLO
 
 PLAN_TIMEOUT_MS = 30_000
 
@@ -63,7 +65,15 @@ def test_plan_matches_the_planner(qtbot: QtBot, window: MainWindow) -> None:
     assert rec.best.settings == expected.best.settings
     assert rec.best.quant.name == expected.best.quant.name
     panel = window.recommend_panel
-    assert panel.why_label.text() == expected.why
+    # the users line: the plan's 4 users against the Memory view's SLO, the same function
+    # and factors (no Users run of this hardware profile: predicted only)
+    line = plan_users_line(
+        expected.best, TEST_HARDWARE, USERS_SLO, window.memory_panel.speed.factors
+    )
+    assert outcome.users_line == line
+    assert line.startswith(f"4 users arriving together: ~{rec.best.speed.per_user_tok_per_s:.1f}")
+    assert "first token ≤ 2 s, ≥ 10 tok/s each (predicted" in line
+    assert panel.why_label.text() == f"{expected.why}\n{line}"
     assert rec.best.quant.name in panel.settings_label.text()
     assert panel.runner_up_label.text().startswith("Runner-up")
     assert panel.apply_button.isEnabled()

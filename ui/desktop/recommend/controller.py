@@ -18,14 +18,18 @@ import dataclasses
 
 from PySide6.QtCore import QObject, Signal
 
+from app.errors import GGTuneError
+from app.model.catalog import is_catalog
+from app.planning.goals import Recommendation
 from app.planning.options import QuantOption, own_quant_name, quant_options
+from app.planning.users import measured_users, plan_users_line
 from ui.desktop.compare.rows import compare_options
 from ui.desktop.machines.controller import MachinesController
 from ui.desktop.recommend.rows import GoalForm, RecommendOutcome, apply_note, plan
 from ui.desktop.shared.estimate_controller import EstimateController
 from ui.desktop.shared.jobs import LatestJob
 from ui.desktop.shared.model_card import describe_error
-from ui.desktop.shared.speed import SpeedController, model_file_bytes
+from ui.desktop.shared.speed import USERS_SLO, SpeedController, model_file_bytes
 
 
 class RecommendController(QObject):
@@ -87,6 +91,7 @@ class RecommendController(QObject):
         if form.use_machines and self.machines is not None:
             goal = dataclasses.replace(goal, rpc_hosts=self.machines.hosts())
         factors = self._speed.factors
+        this_machine = state.hardware.source == "local"
         key = (spec.path, form.only_open_file)
         known = self._options.get(key)
         only_file = form.only_open_file
@@ -100,7 +105,19 @@ class RecommendController(QObject):
             else:
                 options = compare_options(spec)
             rec = plan(spec, hardware, goal, options, factors)
-            return key, options, RecommendOutcome(spec.path, open_quant, rec)
+            line = users_line(rec) if goal.name == "users" else None
+            return key, options, RecommendOutcome(spec.path, open_quant, rec, line)
+
+        def users_line(rec: Recommendation) -> str | None:
+            if rec.best is None or rec.rpc is not None:
+                return None
+            measured = None
+            if this_machine and not is_catalog(spec.path):
+                measured = measured_users(spec.path, USERS_SLO)
+            try:
+                return plan_users_line(rec.best, hardware, USERS_SLO, factors, measured)
+            except GGTuneError:
+                return None
 
         self._job.request(job, now=True)
 

@@ -272,7 +272,7 @@ class RecommendPanel(QWidget):
         else:
             prefix = "" if rec.feasible else "Closest plan (the goal is not met): "
             self.settings_label.setText(prefix + settings_summary(rec.best))
-        self.why_label.setText(rec.why)
+        self.why_label.setText(rec.why + (f"\n{outcome.users_line}" if outcome.users_line else ""))
         if rec.runner_up is not None:
             self.runner_up_label.setText("Runner-up: " + settings_summary(rec.runner_up))
         else:

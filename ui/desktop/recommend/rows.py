@@ -67,6 +67,9 @@ class RecommendOutcome:
     model_path: str
     open_quant: str
     recommendation: Recommendation
+    users_line: str | None = None
+    """For the "users" goal: the plan's users against the Memory view's SLO, predicted,
+    and the newest Users run of the file (:func:`app.planning.users.plan_users_line`)."""
 
 
 def plan(

@@ -163,9 +163,7 @@ def speed_text(summary: SpeedSummary) -> str:
         text = f"{count} with {fmt_ctx(summary.ctx_per_user)} each ({slo}; predicted"
         m = summary.measured
         if m is not None:
-            text += (
-                f"; measured {m.date}: {m.served} of up to {m.tested} met it on Verify's Users run"
-            )
+            text += f"; {m.describe()}"  # Verify's Users run or ggtune bench --users
         parts.append(text + ")")
     line = " · ".join(parts)
     if p is not None:

@@ -165,8 +165,9 @@ class VerifyPanel(QWidget):
         splitter.setChildrenCollapsible(False)
         splitter.addWidget(self.results)
         splitter.addWidget(history_box)
-        splitter.setStretchFactor(0, 3)
-        splitter.setStretchFactor(1, 2)
+        splitter.setStretchFactor(0, 4)  # the results first: at 700 pixels tall the Users
+        splitter.setStretchFactor(1, 1)  # tab needs the room, the history a few rows
+        self.history.setMinimumHeight(4 * self.history.verticalHeader().defaultSectionSize())
         layout.addWidget(splitter, 1)
         note = QLabel(
             "llama.cpp prints sizes in MiB with two decimals, so its numbers are known to "
