@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 from pytestqt.qtbot import QtBot
 
+from tests.test_docs_self_contained import OUTSIDE
 from tests.ui.desktop.test_main_window import make_window
 from ui.desktop.main_window import TIPS_DELAY_MS, MainWindow
 from ui.desktop.shared.widgets import TIP_WIDTH_CHARS
@@ -209,12 +210,13 @@ def test_long_tooltips_wrap_and_cite_nothing_the_user_lacks(
     qtbot: QtBot, window: MainWindow
 ) -> None:
     """Qt shows a plain tooltip as one line (some were ~1,900 px, clipped at both screen
-    edges): every long one is rich text, which wraps; none cites REFERENCE.md."""
+    edges): every long one is rich text, which wraps; none cites a file outside the repository
+    (tests/test_docs_self_contained.py holds the same for code and docs)."""
     for i in range(window.tabs.count()):
         window.tabs.setCurrentIndex(i)
         qtbot.wait(3 * TIPS_DELAY_MS)
         for widget in window.findChildren(QWidget):
             tip = widget.toolTip()
-            assert "REFERENCE.md" not in tip
+            assert not OUTSIDE.search(tip), f"{describe(widget)} cites {OUTSIDE.search(tip)}"
             if len(tip) > TIP_WIDTH_CHARS:
                 assert tip.startswith("<qt>"), f"{describe(widget)}: {tip[:60]}…"
