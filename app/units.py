@@ -121,3 +121,28 @@ def plural(n: int, word: str) -> str:
     ('1 user', '6 users', '0 layers')
     """
     return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+
+
+def format_when(stamp: str) -> str:
+    """Return an ISO-8601 time as people write it, in UTC; ``stamp`` itself when it does
+    not read as one (nothing is lost).
+
+    >>> format_when("2026-12-01T11:09:20+0000"), format_when("2026-03-04T01:02:03+01:00")
+    ('1 Dec 2026, 11:09 UTC', '4 Mar 2026, 00:02 UTC')
+    >>> format_when("yesterday")
+    'yesterday'
+    """
+    from datetime import UTC, datetime
+
+    try:
+        when = datetime.fromisoformat(stamp)
+    except ValueError:
+        try:
+            when = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z")
+        except ValueError:
+            return stamp
+    if when.tzinfo is not None:
+        when = when.astimezone(UTC)
+    month = when.strftime("%b")
+    zone = " UTC" if when.tzinfo is not None else ""
+    return f"{when.day} {month} {when.year}, {when:%H:%M}{zone}"

@@ -175,3 +175,23 @@ def describe_model(spec: ModelSpec) -> ModelDescription:
         layers_by_kind=layers_by_kind(spec),
         notes=tuple(spec.notes),
     )
+
+
+def gpu_layers_text(n_gpu_layers: int, n_layer: int) -> str:
+    """Return llama.cpp's ``-ngl`` count in the layers the model card and the verdict
+    count: ``n_layer`` repeating layers, and the output layer, which ``-ngl`` counts first
+    (``src/llama-model.cpp``: the layers from ``n_layer + 1 - ngl`` on go to the GPU, the
+    output layer being number ``n_layer``).
+
+    >>> gpu_layers_text(63, 62), gpu_layers_text(48, 62), gpu_layers_text(1, 62)
+    ('all 62 layers + output', '47 of 62 layers + output', 'the output layer only')
+    >>> gpu_layers_text(0, 18), gpu_layers_text(-1, 18)
+    ('none (all 18 layers on the CPU)', 'all 18 layers + output')
+    """
+    if n_gpu_layers < 0 or n_gpu_layers > n_layer:
+        return f"all {n_layer} layers + output"
+    if n_gpu_layers == 0:
+        return f"none (all {n_layer} layers on the CPU)"
+    if n_gpu_layers == 1:
+        return "the output layer only"
+    return f"{n_gpu_layers - 1} of {n_layer} layers + output"

@@ -49,6 +49,7 @@ from typing import Final
 from app.errors import GGTuneError, SettingsError
 from app.hardware.devices import Hardware
 from app.model.catalog import CATALOG_PREFIX, load_entry
+from app.model.facts import gpu_layers_text
 from app.model.projector import Projector
 from app.model.spec import ModelSpec
 from app.planning.llama_fit import DEFAULT_FIT_CTX, DEFAULT_FIT_TARGET_MIB, FitResult, llama_fit
@@ -670,16 +671,15 @@ def _words(
     if not gpus:
         where = "run in system RAM"
     elif on_gpu == 0:
-        where = f"keep all {total_layers} layers in system RAM"
+        where = f"keep all {total_layers - 1} layers and the output in system RAM"
     else:
         used = [d.name for d in gpus if d.n_layers] or [gpus[0].name]
         names = used[0] if len(used) == 1 else f"{len(used)} GPUs"
         if len(used) in (2, 3):
             names = ", ".join(used[:-1]) + " and " + used[-1]
-        if on_gpu >= total_layers:
-            where = f"put all {total_layers} layers on {names}"
-        else:
-            where = f"put {on_gpu} of {total_layers} layers on {names}"
+        # counted as the model card, the slider and the verdict count them (-ngl counts
+        # the output layer too: "all 36 layers + output", not "all 37 layers")
+        where = f"put {gpu_layers_text(on_gpu, total_layers - 1)} on {names}"
     moved = sum(1 for _, b in settings.tensor_overrides if b.upper().startswith("CPU"))
     if moved and settings.tensor_overrides != requested.tensor_overrides:
         where += f", with the experts (or FFN) of {moved} layers in system RAM"

@@ -141,7 +141,7 @@ def test_ollama_retries_a_load_that_runs_out_of_memory_at_a_lower_context() -> N
     plan = plan_runner(spec, "ollama", Hardware.with_gpus([12 * GIB] * 4, ram_bytes=16 * GIB))
     assert plan.settings.n_ctx == 32768
     assert any("retries once at 32768" in n for n in plan.notes)
-    assert plan.summary.startswith("Ollama would put 71 of 81 layers on 4 GPUs")
+    assert plan.summary.startswith("Ollama would put 70 of 80 layers + output on 4 GPUs")
     roomy = plan_runner(spec, "ollama", Hardware.with_gpus([12 * GIB] * 4, ram_bytes=64 * GIB))
     assert roomy.settings.n_ctx == 131072
 
@@ -222,7 +222,8 @@ def test_gemma3_27b_q8_in_ollama_on_one_24_gib_gpu(gemma27b_q8: ModelSpec) -> No
     assert plan.fit is not None
     assert plan.fit.status == "fitted"
     assert 44 <= plan.gpu_layers <= 48
-    assert plan.summary.startswith(f"Ollama would put {plan.gpu_layers} of 63 layers on CUDA0")
+    on = plan.gpu_layers - 1  # -ngl counts the output layer too
+    assert plan.summary.startswith(f"Ollama would put {on} of 62 layers + output on CUDA0")
     assert "32k context" in plan.summary
     v = verdict(plan.estimate)
     assert v.level == "spills"

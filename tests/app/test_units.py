@@ -84,3 +84,13 @@ def test_speeds_keep_the_digits_that_matter() -> None:
         "0.12",
         "0",
     ]
+
+
+def test_times_read_as_people_write_them() -> None:
+    """Issue 18: no raw ISO stamps on screen ('2026-12-01T11:09:20+0000')."""
+    from app.units import format_when
+
+    assert format_when("2026-12-01T11:09:20+0000") == "1 Dec 2026, 11:09 UTC"
+    assert format_when("2026-03-04T01:02:03+01:00") == "4 Mar 2026, 00:02 UTC"
+    assert format_when("2026-03-04T01:02:03") == "4 Mar 2026, 01:02"
+    assert format_when("not a time") == "not a time"

@@ -41,7 +41,7 @@ def test_estimate_json_has_the_footprint_per_device(
     runner = data["runner"]
     assert isinstance(runner, dict)
     assert runner["name"] == "llama-server"
-    assert runner["summary"].startswith("llama-server would put all 19 layers on CUDA0")
+    assert runner["summary"].startswith("llama-server would put all 18 layers + output on CUDA0")
 
 
 def test_cache_ram_and_checkpoints_are_settings(
@@ -105,7 +105,7 @@ def test_export_to_ollama_uses_ollamas_preset(
     assert "PARAMETER num_ctx 4096" in out
     assert 'Environment="OLLAMA_NUM_PARALLEL=1"' in out
     assert "PARAMETER num_gpu" not in out  # left to llama-server's fit, as Ollama does
-    assert "# Ollama would put all 19 layers on CUDA0 and keep 4096 context" in out
+    assert "# Ollama would put all 18 layers + output on CUDA0 and keep 4096 context" in out
     # --runner picks another preset on purpose
     assert (
         run(

@@ -7,6 +7,8 @@ in ``QSettings`` with the recent files).
 
 from __future__ import annotations
 
+import html
+import importlib.metadata
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -66,6 +68,7 @@ STATE_KEY: Final = "window/state"
 TAB_KEY: Final = "window/tab"
 GGUF_SUFFIX: Final = ".gguf"
 TIPS_DELAY_MS: Final = 150
+READING_MESSAGE: Final = "Reading the model header…"
 
 
 def gguf_paths(event: QDragEnterEvent | QDropEvent) -> list[str]:
@@ -75,6 +78,49 @@ def gguf_paths(event: QDragEnterEvent | QDropEvent) -> list[str]:
         return []
     paths = [u.toLocalFile() for u in mime.urls() if u.isLocalFile()]
     return [p for p in paths if p.lower().endswith(GGUF_SUFFIX)]
+
+
+def about_text() -> str:
+    """Return the About box: what ggtune is, its version, licence and where it lives."""
+    try:
+        version = importlib.metadata.version("ggtune")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown (not installed as a package)"
+    return (
+        f"<p><b>ggtune {html.escape(version)}</b></p>"
+        "<p>Will this model fit, how fast will it run, and what settings should I use? "
+        "Estimates follow the llama.cpp vendored in llama-cpp-python; Verify checks them "
+        "against the engine itself.</p>"
+        f"<p>Licence: {html.escape(project_licence())}.</p>"
+        f"<p>{project_link()}</p>"
+    )
+
+
+def project_link() -> str:
+    """Return a link to the project: its URL from the package metadata, else the docs
+    folder beside the code (a release without either says so)."""
+    try:
+        meta = importlib.metadata.metadata("ggtune")
+        urls = [u.split(",", 1)[-1].strip() for u in meta.get_all("Project-URL") or []]
+        urls += meta.get_all("Home-page") or []
+    except importlib.metadata.PackageNotFoundError:
+        urls = []
+    if urls:
+        return f"<a href='{html.escape(urls[0])}'>{html.escape(urls[0])}</a>"
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    if docs.is_dir():
+        return f"Documentation: <a href='{docs.as_uri()}'>{html.escape(str(docs))}</a>"
+    return "No project link in this build."
+
+
+def project_licence() -> str:
+    """Return the licence the package declares (its metadata), or say it is unknown."""
+    try:
+        meta = importlib.metadata.metadata("ggtune")
+    except importlib.metadata.PackageNotFoundError:
+        return "see the LICENSE file"
+    found = meta.get_all("License-Expression") or meta.get_all("License") or []
+    return str(found[0]) if found else "see the LICENSE file"
 
 
 def tab_leaves_every_control(root: QWidget) -> None:
@@ -295,7 +341,10 @@ class MainWindow(QMainWindow):
 
     def open_file_dialog(self) -> None:
         """Ask for a .gguf file and open it."""
+        # the last model's folder, else the home folder (never the current directory)
         start = os.path.dirname(self.models.recent[0]) if self.models.recent else ""
+        if not start or not os.path.isdir(start):
+            start = str(Path.home())
         path, _ = QFileDialog.getOpenFileName(
             self, "Open a model", start, "GGUF models (*.gguf);;All files (*)"
         )
@@ -317,13 +366,10 @@ class MainWindow(QMainWindow):
         self.models_panel.search.selectAll()
 
     def _about(self) -> None:
-        QMessageBox.about(
-            self,
-            "About ggtune",
-            "ggtune: will this model fit, how fast will it run, and what settings "
-            "should I use? Estimates follow the llama.cpp vendored in llama-cpp-python; "
-            "Verify checks them against the engine itself.",
-        )
+        box = QMessageBox(QMessageBox.Icon.Information, "About ggtune", about_text(), parent=self)
+        box.setTextFormat(Qt.TextFormat.RichText)
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+        box.exec()
 
     # --- slots ---
 
@@ -363,7 +409,9 @@ class MainWindow(QMainWindow):
 
     def _on_models_busy_changed(self, busy: bool) -> None:
         if busy:
-            self.statusBar().showMessage("Reading the model header…")
+            self.statusBar().showMessage(READING_MESSAGE)
+        elif self.statusBar().currentMessage() == READING_MESSAGE:
+            self.statusBar().clearMessage()  # a failed open left it there for good
 
     def _on_problem(self, text: str) -> None:
         self.banner.show_message(text)

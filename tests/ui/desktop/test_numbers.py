@@ -17,7 +17,7 @@ from pytestqt.qtbot import QtBot
 
 from app.hardware.devices import Hardware, planned_hardware
 from app.model.catalog import CATALOG_DIR, catalog_header, load_entry
-from app.model.facts import kv_bytes_per_token
+from app.model.facts import gpu_layers_text, kv_bytes_per_token
 from app.model.quant import simulate_quant
 from app.model.spec import model_spec
 from app.planning.options import quant_options
@@ -28,7 +28,6 @@ from tests.ui.desktop.test_compare import wait_for_rows
 from tests.ui.desktop.test_main_window import LOAD_TIMEOUT_MS, make_window
 from ui.desktop.compare.chart import NO_SPEED, speed_words
 from ui.desktop.main_window import MainWindow
-from ui.desktop.shared.scales import gpu_layers_text
 from ui.desktop.shared.speed import speed_text, users_capacity, users_goal
 
 GIB = 1024**3

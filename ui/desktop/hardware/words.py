@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Final
 
 from app.hardware.report import HardwareReport
-from app.units import format_bytes
+from app.units import format_bytes, format_when
 
 STATE_MARKS: Final = {"ok": "✓", "none": "–", "unknown": "⚠"}
 
@@ -25,7 +25,11 @@ def describe_report(report: HardwareReport) -> tuple[str, str]:
     bw = report.host_bandwidth
     lines.append(
         "RAM bandwidth: "
-        + ("unknown" if bw is None else f"{bw.gb_per_s:.1f} GB/s ({bw.measured_at})")
+        + (
+            "unknown"
+            if bw is None
+            else f"{bw.gb_per_s:.1f} GB/s (measured {format_when(bw.measured_at)})"
+        )
     )
     if not report.gpus:
         lines.append("GPUs: none found")

@@ -29,12 +29,15 @@ import os
 from collections.abc import Callable
 
 from PySide6.QtCore import (
+    QEvent,
     QModelIndex,
+    QObject,
     QSortFilterProxyModel,
     Qt,
 )
-from PySide6.QtGui import QShowEvent
+from PySide6.QtGui import QKeyEvent, QShowEvent
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QFileDialog,
     QFormLayout,
     QGroupBox,
@@ -104,7 +107,7 @@ class ModelsPanel(QWidget):
         self.model_list.setModel(self.proxy)
         self.model_list.setAccessibleName("Models")
         self.model_list.setUniformItemSizes(True)
-        self.model_list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.model_list.setTextElideMode(Qt.TextElideMode.ElideRight)  # '…1B' read as 1B
         self.model_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.model_list.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         self.model_list.activated.connect(self._on_list_activated)
@@ -120,12 +123,14 @@ class ModelsPanel(QWidget):
         self.library_proxy.setFilterRole(SEARCH_ROLE)
         self.library_proxy.setRecursiveFilteringEnabled(True)
         self.search.textChanged.connect(self._on_search_text_changed)
+        self.search.returnPressed.connect(self.open_first_match)
+        self.search.installEventFilter(self)  # Down goes to the matches
         self.library_tree = QTreeView()
         self.library_tree.setModel(self.library_proxy)
         self.library_tree.setHeaderHidden(True)
         self.library_tree.setAccessibleName("Library")
         self.library_tree.setUniformRowHeights(True)
-        self.library_tree.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.library_tree.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.library_tree.setToolTip(
             "Models already on this machine (Ollama, LM Studio, the Hugging Face cache, "
             "folders you added), then ggtune's catalog of popular models to plan before "
@@ -191,6 +196,48 @@ class ModelsPanel(QWidget):
         folder = self.ask_folder(self)
         if folder:
             self._controller.add_library_folder(folder)
+
+    def first_match(self) -> tuple[QAbstractItemView, QModelIndex] | None:
+        """Return the first model the filter shows (recent first, then the library), with
+        the view that shows it; None when nothing matches."""
+        if self.proxy.rowCount():
+            return self.model_list, self.proxy.index(0, 0)
+        pending = [self.library_proxy.index(r, 0) for r in range(self.library_proxy.rowCount())]
+        while pending:
+            index = pending.pop(0)
+            children = self.library_proxy.rowCount(index)
+            if children:
+                pending[:0] = [self.library_proxy.index(r, 0, index) for r in range(children)]
+            elif index.flags() & Qt.ItemFlag.ItemIsSelectable:
+                return self.library_tree, index
+        return None
+
+    def open_first_match(self) -> None:
+        """Open the first model the filter shows (Enter in the filter)."""
+        match = self.first_match()
+        if match is None:
+            return
+        view, index = match
+        if view is self.model_list:
+            self._on_list_activated(index)
+        else:
+            self.open_library_index(index)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """Down in the filter moves to the first match, to walk them with the arrows."""
+        if (
+            watched is self.search
+            and event.type() == QEvent.Type.KeyPress
+            and isinstance(event, QKeyEvent)
+            and event.key() == Qt.Key.Key_Down
+        ):
+            match = self.first_match()
+            if match is not None:
+                view, index = match
+                view.setCurrentIndex(index)
+                view.setFocus(Qt.FocusReason.OtherFocusReason)
+                return True
+        return super().eventFilter(watched, event)
 
     def _on_search_text_changed(self, text: str) -> None:
         self.library_proxy.setFilterFixedString(text)

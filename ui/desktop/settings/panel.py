@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.hardware.devices import Hardware
+from app.model.facts import gpu_layers_text
 from app.model.spec import ModelSpec
 from app.planning.runner_plan import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOINTS
 from app.settings import ALL_LAYERS, CACHE_TYPES, FLASH_ATTN_MODES, RUNNERS, Settings
@@ -45,7 +46,6 @@ from ui.desktop.shared.estimate_controller import (
 )
 from ui.desktop.shared.hardware import HardwareChoice, HardwareController, describe_hardware
 from ui.desktop.shared.model_card import LoadedModel
-from ui.desktop.shared.scales import gpu_layers_text
 from ui.desktop.shared.widgets import signals_blocked, wrap_tip
 
 _FLASH_TITLES = {"auto": "Auto", "on": "On", "off": "Off"}

@@ -1,0 +1,97 @@
+"""Issue 18, "broken flows" and "layout and keyboard" on the real window: a failed open
+leaves no "Reading…" behind, Enter in the filter opens the first match and Down walks the
+matches, About says the version, licence and where to read more, the Open dialog starts in
+the last model's folder (never the current directory), names are cut at the end.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QApplication, QFileDialog
+from pytestqt.qtbot import QtBot
+
+from tests.ui.desktop.test_main_window import LOAD_TIMEOUT_MS, make_window
+from ui.desktop.main_window import READING_MESSAGE, MainWindow, about_text
+
+TIMEOUT_MS = 30_000
+
+
+@pytest.fixture
+def window(qtbot: QtBot, qsettings: QSettings) -> MainWindow:
+    w = make_window(qtbot, qsettings)
+    w.activateWindow()
+    qtbot.waitUntil(w.isActiveWindow, timeout=5_000)
+    return w
+
+
+def test_a_failed_open_leaves_no_reading_behind(
+    qtbot: QtBot, window: MainWindow, tmp_path: Path
+) -> None:
+    bad = tmp_path / "truncated.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00")
+    shown = window.models.current
+    assert shown is not None
+    with qtbot.waitSignal(window.models.model_failed, timeout=LOAD_TIMEOUT_MS):
+        window.models.open_path(str(bad))
+    qtbot.waitUntil(lambda: not window.banner.isHidden(), timeout=TIMEOUT_MS)
+    assert window.statusBar().currentMessage() != READING_MESSAGE
+    assert window.models_panel.card_title.text() == shown.card.title
+    assert "Reading" not in window.models_panel.card_title.text()
+
+
+def test_enter_in_the_filter_opens_the_first_match_and_down_walks_them(
+    qtbot: QtBot, window: MainWindow
+) -> None:
+    panel = window.models_panel
+    panel.show()
+    qtbot.waitUntil(lambda: panel.library_proxy.rowCount() > 0, timeout=TIMEOUT_MS)
+    panel.search.setFocus()
+    qtbot.keyClicks(panel.search, "qwen3-8b")
+    assert panel.proxy.rowCount() == 0  # not among the recent ones: the library has it
+    match = panel.first_match()
+    assert match is not None
+    view, index = match
+    assert view is panel.library_tree
+    assert "Qwen3-8B" in str(index.data())
+    qtbot.keyClick(panel.search, Qt.Key.Key_Down)
+    assert QApplication.focusWidget() is panel.library_tree
+    assert panel.library_tree.currentIndex() == index
+    panel.search.setFocus()
+    with qtbot.waitSignal(window.models.model_loaded, timeout=LOAD_TIMEOUT_MS) as opened:
+        qtbot.keyClick(panel.search, Qt.Key.Key_Return)
+    assert opened.args[0].path == "catalog:qwen3-8b"
+    assert panel.library_tree.textElideMode() == Qt.TextElideMode.ElideRight
+
+
+def test_about_says_the_version_licence_and_where_to_read_more() -> None:
+    import importlib.metadata
+
+    text = about_text()
+    assert f"ggtune {importlib.metadata.version('ggtune')}" in text
+    assert "Licence: MIT" in text
+    assert "<a href=" in text
+
+
+def test_the_open_dialog_starts_in_the_last_models_folder(
+    qtbot: QtBot, window: MainWindow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+
+    def answer(_parent: object, _title: str, start: str, _filter: str) -> tuple[str, str]:
+        asked.append(start)
+        return "", ""
+
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", answer)
+    window.open_file_dialog()
+    recent = window.models.recent
+    expected = os.path.dirname(recent[0]) if recent else str(Path.home())
+    assert asked == [expected]
+    assert os.path.isdir(asked[0])  # a folder, never "" (Qt's current directory)
