@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,21 +53,25 @@ from types import MappingProxyType
 from typing import Final, Literal
 
 from app.errors import CatalogError
+from app.model.catalog_names import CATALOG_PREFIX, catalog_key, is_catalog
 from app.model.ggml import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 from app.model.spec import ModelSpec
 from app.paths import data_dir
 
 __all__ = [
     "CATALOG_DIR",
+    "CATALOG_PREFIX",
     "CatalogEntry",
     "CatalogHeader",
     "CatalogTensor",
     "TensorOptions",
     "active_params",
     "catalog_header",
+    "catalog_key",
     "catalog_keys",
     "generate_tensors",
     "header_from_metadata",
+    "is_catalog",
     "load_catalog",
     "load_entry",
     "parse_entry",
@@ -76,21 +79,6 @@ __all__ = [
 
 CATALOG_DIR: Final = data_dir() / "models"
 """Where the shipped catalog lives (``profiles/models/*.json``)."""
-
-CATALOG_PREFIX: Final = "catalog:"
-"""Prefix of a catalog model's ``path`` (``"catalog:qwen3-8b"``)."""
-
-
-def is_catalog(path: str | os.PathLike[str]) -> bool:
-    """Return whether ``path`` names a catalog entry (``catalog:NAME``), not a file."""
-    return os.fspath(path).startswith(CATALOG_PREFIX)
-
-
-def catalog_key(path: str) -> str:
-    """Return the entry name of a catalog path (``"catalog:qwen3-8b"`` → ``"qwen3-8b"``)."""
-    assert is_catalog(path), f"not a catalog path: {path!r}"
-    return path.removeprefix(CATALOG_PREFIX)
-
 
 ExpertType = Literal["F16", "MXFP4"]
 

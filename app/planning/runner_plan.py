@@ -48,7 +48,7 @@ from typing import Final
 
 from app.errors import GGTuneError, SettingsError
 from app.hardware.devices import Hardware
-from app.model.catalog import CATALOG_PREFIX, load_entry
+from app.model.catalog_names import CATALOG_PREFIX
 from app.model.facts import gpu_layers_text
 from app.model.projector import Projector
 from app.model.spec import ModelSpec
@@ -586,6 +586,8 @@ def _catalog_has_projector(spec: ModelSpec) -> bool:
     """Whether ``spec`` is a catalog entry whose published model has a vision tower."""
     if not spec.path.startswith(CATALOG_PREFIX):
         return False
+    from app.model.catalog import load_entry  # here: a file's plan need not import the catalog
+
     try:
         return load_entry(spec.path.removeprefix(CATALOG_PREFIX)).vision_projector
     except GGTuneError:

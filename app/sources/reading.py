@@ -4,17 +4,21 @@
 :class:`~app.model.catalog.CatalogHeader` for a catalog entry); :func:`load_model_spec`
 the spec of it. What a name means is :func:`app.sources.refs.parse_model_ref`'s rule; a
 command that takes one file reads ``org/name`` as a path (a Hugging Face repo holds many
-files: :mod:`app.sources.hf` lists them). Only a URL imports the HTTP readers.
+files: :mod:`app.sources.hf` lists them). Only a URL imports the HTTP readers, and only a
+catalog name the catalog.
 """
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from app.model.catalog import CatalogHeader, catalog_header
 from app.model.gguf_reader import ModelFile, read_model
 from app.model.spec import ModelSpec, model_spec
 from app.sources.refs import parse_model_ref
+
+if TYPE_CHECKING:
+    from app.model.catalog import CatalogHeader
 
 
 def read_source(text: str | os.PathLike[str]) -> ModelFile | CatalogHeader:
@@ -25,6 +29,8 @@ def read_source(text: str | os.PathLike[str]) -> ModelFile | CatalogHeader:
     """
     ref = parse_model_ref(text, repos=False)
     if ref.kind == "catalog":
+        from app.model.catalog import catalog_header
+
         return catalog_header(ref.text)
     if ref.kind == "url":
         from app.sources.hf import read_url_model

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from app.errors import GGTuneError, RemoteNotFoundError
-from app.model.catalog import is_catalog
+from app.model.catalog_names import is_catalog
 
 DEFAULT_ENDPOINT: Final = "https://huggingface.co"
 DEFAULT_REVISION: Final = "main"

@@ -105,20 +105,23 @@ def test_main_calls_freeze_support_before_anything(monkeypatch: pytest.MonkeyPat
     assert order == ["freeze", "dispatch ['hw']"]
 
 
-def test_a_cli_run_outside_a_bundle_imports_no_multiprocessing(gemma_path: Path) -> None:
-    # freeze_support does nothing outside a bundle; importing multiprocessing for it cost
-    # every `ggtune inspect` ~10 ms of its 0.2 s budget (docs/benchmarks.md, section cli).
+@pytest.mark.parametrize("command", ["inspect", "estimate"])
+def test_a_files_cli_run_imports_nothing_it_does_not_use(command: str, gemma_path: Path) -> None:
+    # Start-up budget of 0.2 s (docs/benchmarks.md, section cli): outside a bundle
+    # freeze_support does nothing (no multiprocessing, ~10 ms), a file is not a catalog entry
+    # (no catalog, ~4 ms), and no TOML is read (no tomllib).
+    unused = ["multiprocessing", "app.model.catalog", "tomllib"]
     code = (
         "import runpy, sys\n"
-        f"sys.argv = ['ggtune', 'inspect', {str(gemma_path)!r}, '--json']\n"
+        f"sys.argv = ['ggtune', {command!r}, {str(gemma_path)!r}, '--json']\n"
         "try:\n    runpy.run_module('ui.entry', run_name='__main__')\n"
         "except SystemExit:\n    pass\n"
-        "print('multiprocessing' in sys.modules, file=sys.stderr)"
+        f"print([m for m in {unused!r} if m in sys.modules], file=sys.stderr)"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
-    assert done.stderr.strip().splitlines()[-1] == "False"
+    assert done.stderr.strip().splitlines()[-1] == "[]"
 
 
 def test_frozen_pip_call_gets_a_clear_refusal(

@@ -378,7 +378,7 @@ def options_from_args(args: argparse.Namespace) -> RunnerOptions:
 
 def projector_from_args(args: argparse.Namespace, model: str) -> Projector | None:
     """Return the projector to budget: ``--mmproj``, else one found for the model file."""
-    from app.model.catalog import is_catalog
+    from app.model.catalog_names import is_catalog
     from app.sources.refs import is_url
 
     if getattr(args, "no_mmproj", False):
