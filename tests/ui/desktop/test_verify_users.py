@@ -5,6 +5,7 @@ timing and the load test); nothing is mocked."""
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 import psutil
@@ -169,6 +170,24 @@ def test_users_run_shows_measured_beside_predicted_and_stores_it(
     )
     qtbot.waitUntil(lambda: speed.factors.n_measurements > 0, timeout=30_000)
     assert window.verify.speed_factors() is speed.factors
+    # the next launch: Verify's Users tab shows the stored run (measured, same numbers)
+    again = users_window(qtbot, qsettings, smollm_path, db_path, plan)
+    again.tabs.setCurrentWidget(again.verify_panel)
+    shown = again.verify_panel.users_view
+    qtbot.waitUntil(lambda: shown.stored is not None, timeout=30_000)
+    assert shown.stored is not None
+    assert shown.stored.id == outcome.run_id
+    assert shown.outcome is None
+    text = html.unescape(shown.answer.text())
+    assert f"Measured {shown.stored.created_at[:10]}:</b> {outcome.answer}" in text
+    assert f"stored load test #{outcome.run_id}" in text
+    stored_model = shown.table_model
+    assert stored_model.rowCount() == 2
+    for row, s in enumerate(outcome.measured):
+        assert stored_model.index(row, 1).data(Qt.ItemDataRole.UserRole) == s.per_user_tok_per_s
+        assert stored_model.index(row, 3).data(Qt.ItemDataRole.UserRole) == s.ttft_s
+        assert stored_model.index(row, 2).data(Qt.ItemDataRole.UserRole) is None  # no rerun
+    assert [p.n_users for p in shown.plot.points] == [1, 2]
 
 
 def test_cancel_mid_users_run_ends_the_child_and_stores_nothing(

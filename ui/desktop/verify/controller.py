@@ -28,7 +28,7 @@ from app.measured.bench_result import (
     LoadProgress,
 )
 from app.measured.engine_report import EngineReport
-from app.measured.results_db import ResultsDB, StoredRun, quick_file_hash
+from app.measured.results_db import ResultsDB, StoredRun, StoredUsersRun, quick_file_hash
 from app.measured.users_result import Slo, UsersPlan, settings_for_users
 from app.model.catalog import is_catalog
 from app.predict.estimate import MemoryEstimate, estimate
@@ -79,6 +79,8 @@ class VerifyController(QObject):
     benchmark_finished = Signal(object)
     users_finished = Signal(object)
     history_changed = Signal(object)
+    users_history_changed = Signal(object)
+    """(model path, the newest stored Users run of it or None), read with the history."""
     history_failed = Signal(str)
 
     def __init__(
@@ -261,19 +263,23 @@ class VerifyController(QObject):
         self._history_path = model_path
         if is_catalog(model_path):
             self.history_changed.emit(())
+            self.users_history_changed.emit((model_path, None))
             return
         db = self.results_db
 
-        def query() -> tuple[str, tuple[StoredRun, ...]]:
-            runs = db.runs(model_hash=quick_file_hash(model_path), limit=HISTORY_LIMIT)
-            return model_path, tuple(runs)
+        def query() -> tuple[str, tuple[StoredRun, ...], StoredUsersRun | None]:
+            model_hash = quick_file_hash(model_path)
+            runs = db.runs(model_hash=model_hash, limit=HISTORY_LIMIT)
+            users = db.users_runs(model_hash=model_hash, limit=1)
+            return model_path, tuple(runs), (users[0] if users else None)
 
         run_job(query, on_success=self._on_history, on_failure=self._on_history_failed, parent=self)
 
-    def _on_history(self, answer: tuple[str, tuple[StoredRun, ...]]) -> None:
-        path, runs = answer
+    def _on_history(self, answer: tuple[str, tuple[StoredRun, ...], StoredUsersRun | None]) -> None:
+        path, runs, users = answer
         if path == self._history_path:  # a newer request wins
             self.history_changed.emit(runs)
+            self.users_history_changed.emit((path, users))
 
     def _on_history_failed(self, error: Exception) -> None:
         self.history_failed.emit(

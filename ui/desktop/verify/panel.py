@@ -41,7 +41,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.measured.results_db import StoredRun
+from app.measured.results_db import StoredRun, StoredUsersRun
 from ui.desktop.shared.banner import MessageBanner
 from ui.desktop.shared.model_card import CATALOG_NO_FILE, LoadedModel
 from ui.desktop.verify.controller import VerifyController
@@ -187,6 +187,7 @@ class VerifyPanel(QWidget):
         controller.failed.connect(self._on_controller_failed)
         controller.cancelled.connect(self._on_controller_cancelled)
         controller.history_changed.connect(self._on_controller_history_changed)
+        controller.users_history_changed.connect(self._on_controller_users_history_changed)
         controller.history_failed.connect(self.banner.show_message)
 
     def _on_run_clicked(self) -> None:
@@ -293,6 +294,17 @@ class VerifyPanel(QWidget):
         )
         if outcome.store_error:
             self.banner.show_message(f"Users run done, but {outcome.store_error}.")
+
+    def _on_controller_users_history_changed(
+        self, answer: tuple[str, StoredUsersRun | None]
+    ) -> None:
+        """Show the model's newest stored Users run, unless this session's run of the same
+        model is on screen (it has the prediction beside it)."""
+        path, run = answer
+        outcome = self.users_view.outcome
+        if outcome is not None and outcome.result.model_path == path:
+            return
+        self.users_view.show_stored(run)
 
     def _on_controller_history_changed(self, runs: tuple[StoredRun, ...]) -> None:
         self.history_model.set_rows(runs)

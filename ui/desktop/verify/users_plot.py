@@ -142,7 +142,7 @@ class UsersPlotWidget(QWidget):
         self._chart(
             painter,
             left,
-            "tok/s each (higher is better)",
+            "tok/s each by users (higher is better)",
             [(p.n_users, p.measured_tok_per_s) for p in pts],
             [(n, tps) for n, tps, _t in curve],
             self._slo.min_tok_per_s,
@@ -151,7 +151,7 @@ class UsersPlotWidget(QWidget):
         self._chart(
             painter,
             right,
-            "first token, s (lower is better)",
+            "first token, s, by users (lower is better)",
             [(p.n_users, p.measured_ttft_s) for p in pts],
             [(n, ttft) for n, _tps, ttft in curve],
             self._slo.ttft_s,
@@ -200,14 +200,10 @@ class UsersPlotWidget(QWidget):
             return plot.bottom() - plot.height() * min(v, top) / top
 
         ticks = sorted({n for n, _v in measured} | {max(ns)})
-        for n in ticks:  # x ticks: the user counts measured
+        for n in ticks:  # x ticks: the user counts measured (the title names the axis)
             painter.drawText(
                 QPointF(x(n) - fm.horizontalAdvance(str(n)) / 2, plot.bottom() + line_h), str(n)
             )
-        users = "users"
-        painter.drawText(
-            QPointF(plot.right() - fm.horizontalAdvance(users), plot.bottom() + line_h), users
-        )
         painter.drawText(QPointF(box.left(), plot.top() + line_h / 2), f"{top:.3g}")
         painter.drawText(QPointF(box.left() + 20, plot.bottom()), "0")
         slo_pen = QPen(SLO_COLOR, 1, Qt.PenStyle.DashLine)
@@ -231,11 +227,11 @@ class UsersPlotWidget(QWidget):
         # the legend under the axis (the SLO's label there too: on the line it hid points)
         legend_y = box.bottom() - 2
         x0 = plot.left()
-        for text_, color in (
-            ("● measured", MEASURED_COLOR),
-            ("○ predicted", PREDICTED_COLOR),
-            (f"- - {slo_label}", SLO_COLOR),
-        ):
+        legend = [("● measured", MEASURED_COLOR)]
+        if predicted:  # a stored run shown again has no prediction
+            legend.append(("○ predicted", PREDICTED_COLOR))
+        legend.append((f"- - {slo_label}", SLO_COLOR))
+        for text_, color in legend:
             painter.setPen(QPen(color, 2))
             painter.drawText(QPointF(x0, legend_y), text_)
             x0 += fm.horizontalAdvance(text_ + "   ")

@@ -26,7 +26,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.measured.users_result import Slo
+from app.measured.results_db import StoredUsersRun
+from app.measured.users_result import RoundSummary, Slo
 from ui.desktop.shared.speed import USERS_SLO, basis_text
 from ui.desktop.verify.tables import UsersTableModel, users_rows
 from ui.desktop.verify.users_plot import UsersPlotWidget, plot_points, predicted_curve
@@ -50,6 +51,42 @@ def answer_html(outcome: UsersOutcome) -> str:
         f"{html.escape(basis)} · {html.escape(r.model_name)}, {r.plan.n_prompt}-token "
         f"prompts, {r.plan.n_gen} tokens each, users arriving "
         f"{html.escape(r.plan.arrivals.describe())}, {r.n_threads} threads</small>"
+    )
+
+
+def stored_rounds(run: StoredUsersRun) -> tuple[Slo, tuple[RoundSummary, ...]] | None:
+    """Return a stored Users run's SLO and rounds (None where the record cannot be read:
+    another version's, or damaged)."""
+    try:
+        slo_data = run.result["slo"]
+        slo = Slo(ttft_s=float(slo_data["ttft_s"]), min_tok_per_s=float(slo_data["min_tok_per_s"]))
+        rows = tuple(
+            RoundSummary(**{**u, "slo": slo})
+            for u in run.result.get("users", ())
+            if isinstance(u, dict)
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (slo, rows) if rows else None
+
+
+def stored_html(run: StoredUsersRun, slo: Slo) -> str:
+    """Return the answer of a stored run: measured only (the prediction needs a new run)."""
+    r = run.result
+    plan = r.get("plan") if isinstance(r.get("plan"), dict) else {}
+    assert isinstance(plan, dict)
+    what = (
+        f"{plan.get('n_prompt', '?')}-token prompts, {plan.get('n_gen', '?')} tokens each"
+        if plan
+        else "its plan unknown"
+    )
+    return (
+        f"<b>Measured {html.escape(run.created_at[:10])}:</b> "
+        f"{html.escape(str(r.get('answer', '')))}<br>"
+        f"<small>SLO: {html.escape(slo.describe())} · stored load test #{run.id} · "
+        f"{html.escape(str(r.get('model_name', run.model_file)))}, {html.escape(what)}, "
+        f"{r.get('n_threads', '?')} threads. Press <b>Users</b> to measure again with the "
+        "prediction beside it.</small>"
     )
 
 
@@ -102,6 +139,7 @@ class UsersView(QWidget):
         layout.addStretch(1)
         self._fit_table()
         self._outcome: UsersOutcome | None = None
+        self._stored: StoredUsersRun | None = None
 
     @property
     def outcome(self) -> UsersOutcome | None:
@@ -111,11 +149,39 @@ class UsersView(QWidget):
     @property
     def slo(self) -> Slo:
         """The SLO the run shown was judged by (the default one before a run)."""
-        return self._outcome.slo if self._outcome is not None else USERS_SLO
+        if self._outcome is not None:
+            return self._outcome.slo
+        rounds = stored_rounds(self._stored) if self._stored is not None else None
+        return rounds[0] if rounds is not None else USERS_SLO
+
+    @property
+    def stored(self) -> StoredUsersRun | None:
+        """The stored run shown while no run of this session is (None: none)."""
+        return self._stored
+
+    def show_stored(self, run: StoredUsersRun | None) -> None:
+        """Show the newest stored Users run of the model (measured only), or the empty view;
+        a record that cannot be read shows as none."""
+        self._outcome = None
+        rounds = stored_rounds(run) if run is not None else None
+        if run is None or rounds is None:
+            self._stored = None
+            self.plot.set_data((), USERS_SLO)
+            self.table_model.set_rows(())
+            self._fit_table()
+            self.answer.setText(NO_RUN + f"<br><small>SLO: {USERS_SLO.describe()}</small>")
+            return
+        self._stored = run
+        slo, measured = rounds
+        self.plot.set_data(plot_points(measured, {}), slo)
+        self.table_model.set_rows(users_rows(measured, {}))
+        self._fit_table()
+        self.answer.setText(stored_html(run, slo))
 
     def set_outcome(self, outcome: UsersOutcome) -> None:
         """Show a finished Users run."""
         self._outcome = outcome
+        self._stored = None
         points = plot_points(outcome.measured, outcome.predicted)
         self.plot.set_data(points, outcome.slo, predicted_curve(outcome.predicted))
         self.table_model.set_rows(users_rows(outcome.measured, outcome.predicted))
