@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import builtins
 import inspect
 import pickle
 from pathlib import Path
@@ -103,3 +104,44 @@ def test_every_ggtune_error_is_defined_in_app_errors() -> None:
                 ):
                     outside.append(f"{path.relative_to(ROOT)}: {node.name}")
     assert outside == []
+
+
+def _outside_examples() -> dict[str, BaseException]:
+    """One example of each public exception that is not a GGTuneError (not shown to the user
+    as an error line: a probe's reason, a child's typed failure, a tool not built)."""
+    from app.hardware.report import ProbeUnavailable
+    from runner.llama_tools import LlamaToolMissing
+    from runner.worker import ChildFailure
+
+    return {
+        "app/hardware/report.py:ProbeUnavailable": ProbeUnavailable("nvidia-smi not found"),
+        "runner/worker.py:ChildFailure": ChildFailure("no model", error=errors.EngineLoadError),
+        "runner/llama_tools.py:LlamaToolMissing": LlamaToolMissing("not built", tool="rpc-server"),
+    }
+
+
+def test_every_public_exception_outside_the_tree_survives_pickling_too() -> None:
+    builtin = {
+        name
+        for name, value in vars(builtins).items()
+        if isinstance(value, type) and issubclass(value, BaseException)
+    }
+    tree = {cls.__name__ for cls in _every_error()} | {"GGTuneError"}
+    found = set()
+    for folder in ("app", "runner", "ui"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (
+                    isinstance(node, ast.ClassDef)
+                    and not node.name.startswith("_")
+                    and node.name not in tree
+                    and any(isinstance(b, ast.Name) and b.id in builtin for b in node.bases)
+                ):
+                    found.add(f"{path.relative_to(ROOT).as_posix()}:{node.name}")
+    examples = _outside_examples()
+    assert found == set(examples)  # a new one: add an example here
+    for err in examples.values():
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err)
+        assert str(back) == str(err)
+        assert vars(back) == vars(err)
