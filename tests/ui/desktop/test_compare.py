@@ -310,3 +310,45 @@ def test_repo_waits_while_the_tab_is_hidden(qtbot: QtBot, window: MainWindow, hu
     assert hub.requests() == []  # nothing read while hidden
     window.tabs.setCurrentWidget(window.compare_panel)
     wait_for_repo_rows(qtbot, window)
+
+
+def test_a_row_is_applied_by_its_button_a_double_click_or_its_menu(
+    qtbot: QtBot, window: MainWindow
+) -> None:
+    """Issue 18: Compare rows could not be applied. Each way sets the quant every tab
+    estimates; the file's own row goes back to the file."""
+    wait_for_rows(qtbot, window)
+    panel = window.compare_panel
+    rows = panel.table_model.rows
+    own = window.estimates.own_quant()
+    simulated = [i for i, r in enumerate(rows) if r.origin == "simulated" and not r.error]
+    assert len(simulated) >= 2
+    assert not panel.use_button.isEnabled()
+    panel.table.selectRow(simulated[0])
+    assert panel.use_button.isEnabled()
+    panel.use_button.click()
+    assert window.estimates.quant == rows[simulated[0]].quant
+    assert window.settings_panel.quant_combo.currentData() == rows[simulated[0]].quant
+
+    wait_for_rows(qtbot, window)
+    rows = panel.table_model.rows
+    second = next(
+        i
+        for i, r in enumerate(rows)
+        if r.origin == "simulated" and not r.error and r.quant != window.estimates.quant
+    )
+    target = panel.table_model.index(second, 0)
+    panel.table.scrollTo(target)
+    rect = panel.table.visualRect(target)
+    assert rect.isValid(), "the row is on screen"
+    viewport = panel.table.viewport()
+    qtbot.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=rect.center())
+    qtbot.mouseDClick(viewport, Qt.MouseButton.LeftButton, pos=rect.center())
+    assert window.estimates.quant == rows[second].quant
+
+    wait_for_rows(qtbot, window)
+    mine = next(i for i, r in enumerate(panel.table_model.rows) if r.quant == own)
+    panel.table.selectRow(mine)
+    assert panel.use_action in panel.table.actions()
+    panel.use_action.trigger()
+    assert window.estimates.quant is None

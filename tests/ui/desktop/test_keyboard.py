@@ -212,11 +212,16 @@ def test_long_tooltips_wrap_and_cite_nothing_the_user_lacks(
     """Qt shows a plain tooltip as one line (some were ~1,900 px, clipped at both screen
     edges): every long one is rich text, which wraps; none cites a file outside the repository
     (tests/test_docs_self_contained.py holds the same for code and docs)."""
-    for i in range(window.tabs.count()):
-        window.tabs.setCurrentIndex(i)
-        qtbot.wait(3 * TIPS_DELAY_MS)
+
+    def all_wrapped() -> None:
         for widget in window.findChildren(QWidget):
             tip = widget.toolTip()
             assert not OUTSIDE.search(tip), f"{describe(widget)} cites {OUTSIDE.search(tip)}"
             if len(tip) > TIP_WIDTH_CHARS:
                 assert tip.startswith("<qt>"), f"{describe(widget)}: {tip[:60]}…"
+
+    for i in range(window.tabs.count()):
+        window.tabs.setCurrentIndex(i)
+        qtbot.wait(TIPS_DELAY_MS)
+        # they wrap once things rest (a new estimate or speed line re-arms the timer)
+        qtbot.waitUntil(all_wrapped, timeout=10_000)

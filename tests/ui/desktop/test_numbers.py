@@ -7,12 +7,15 @@ The numbers expected come from the core for the same model, settings and hardwar
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QAbstractItemView, QDoubleSpinBox, QSpinBox
 from pytestqt.qtbot import QtBot
 
 from app.hardware.devices import Hardware, planned_hardware
@@ -199,3 +202,39 @@ def test_gpu_layers_text_matches_llama_cpp() -> None:
     assert gpu_layers_text(48, 62) == "47 of 62 layers + output"
     assert gpu_layers_text(1, 62) == "the output layer only"
     assert gpu_layers_text(0, 62) == "none (all 62 layers on the CPU)"
+
+
+BARE_NUMBER = re.compile(r"^[~≈+−-]?\d[\d,.]*$")
+UNIT_IN_HEADER = re.compile(r"tok/s|GiB|MiB|bits?/weight|KLD|%|tokens|layers|GB/s|TFLOPS", re.I)
+COUNTS = {"Use"}  # check boxes, not numbers
+
+
+def test_every_number_on_every_screen_says_its_unit(qtbot: QtBot, qsettings: QSettings) -> None:
+    """Each number box has a unit (its suffix, or words in place of the number); each bare
+    number in a table has its unit in the column's header."""
+    window = make_window(qtbot, qsettings)
+    bare: list[str] = []
+    for i in range(window.tabs.count()):
+        window.tabs.setCurrentIndex(i)
+        if window.tabs.currentWidget() is window.compare_panel:
+            wait_for_rows(qtbot, window)
+        qtbot.wait(50)
+        for spin in window.findChildren(QSpinBox) + window.findChildren(QDoubleSpinBox):
+            if spin.isVisible() and not spin.suffix().strip():
+                bare.append(f"{window.tabs.tabText(i)}: a box showing {spin.text()!r}")
+        for view in window.findChildren(QAbstractItemView):
+            model = view.model()
+            if not view.isVisible() or model is None:
+                continue
+            for c in range(model.columnCount()):
+                header = str(model.headerData(c, Qt.Orientation.Horizontal) or "")
+                if UNIT_IN_HEADER.search(header) or header in COUNTS:
+                    continue
+                for r in range(min(model.rowCount(), 40)):
+                    value = model.index(r, c).data()
+                    if isinstance(value, int | float) or (
+                        isinstance(value, str) and BARE_NUMBER.match(value.strip())
+                    ):
+                        bare.append(f"{window.tabs.tabText(i)}: {header!r} shows {value!r}")
+                        break
+    assert bare == []

@@ -152,3 +152,37 @@ def test_nonsense_goal_is_refused_in_words(qtbot: QtBot, window: MainWindow) -> 
     assert failed
     assert failed[0].startswith("Cannot plan for that: users must be ≥ 1")
     assert not window.recommender.busy
+
+
+def test_the_users_field_follows_settings_until_changed_here(
+    qtbot: QtBot, window: MainWindow
+) -> None:
+    panel = window.recommend_panel
+    window.estimates.update(n_parallel=3)
+    assert panel.users.value() == 3
+    assert panel.users.suffix() == " users"
+    window.estimates.update(n_parallel=1)
+    assert panel.users.value() == 1
+    assert panel.users.suffix() == " user"  # never "1 users"
+    panel.users.setValue(5)  # the user's own number stays
+    window.estimates.update(n_parallel=2)
+    assert panel.users.value() == 5
+
+
+def test_a_plan_for_another_goal_is_marked_out_of_date_and_enter_runs_it(
+    qtbot: QtBot, window: MainWindow
+) -> None:
+    panel = window.recommend_panel
+    window.tabs.setCurrentWidget(panel)
+    run(qtbot, window, GoalForm("users", n_users=2, ctx=4096))
+    assert panel.stale_label.isHidden()
+    panel.ctx.setValue(8192)
+    assert not panel.stale_label.isHidden()
+    panel.ctx.setValue(4096)  # asking the same again: the plan answers it
+    assert panel.stale_label.isHidden()
+    panel.ctx.setValue(8192)
+    panel.ctx.setFocus()
+    with qtbot.waitSignal(window.recommender.finished, timeout=PLAN_TIMEOUT_MS):
+        qtbot.keyClick(panel.ctx, Qt.Key.Key_Return)
+    assert panel.stale_label.isHidden()
+    assert panel.form().ctx == 8192

@@ -25,6 +25,7 @@ from PySide6.QtCore import (
     Qt,
 )
 from PySide6.QtGui import (
+    QAction,
     QHideEvent,
     QShowEvent,
 )
@@ -158,8 +159,23 @@ class ComparePanel(QWidget):
         self.hint_label.setWordWrap(True)
         self.hint_label.setAccessibleName("What to do")
         self.hint_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        layout.addWidget(self.hint_label)
+        hint_row = QHBoxLayout()
+        hint_row.addWidget(self.hint_label, 1)
+        self.use_button = QPushButton("Use this quant")
+        self.use_button.setToolTip(
+            "Estimate the open model at the selected level on every tab (the Settings "
+            "panel's Quantization); a double-click or the row's menu does the same"
+        )
+        self.use_button.setEnabled(False)
+        self.use_button.clicked.connect(self.use_selected_quant)
+        hint_row.addWidget(self.use_button)
+        layout.addLayout(hint_row)
         layout.addWidget(self._download_row())
+        self.table.doubleClicked.connect(lambda _index: self.use_selected_quant())
+        self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
+        self.use_action = QAction("Use this quant", self.table)
+        self.use_action.triggered.connect(self.use_selected_quant)
+        self.table.addAction(self.use_action)
 
         controller.result_changed.connect(self._on_controller_result_changed)
         controller.failed.connect(self._on_controller_failed)
@@ -300,6 +316,23 @@ class ComparePanel(QWidget):
     def _on_table_selection_changed(self, _new: QItemSelection, _old: QItemSelection) -> None:
         self._show_hint()
         self._update_download_button()
+        usable = self._usable_row() is not None
+        self.use_button.setEnabled(usable)
+        self.use_action.setEnabled(usable)
+
+    def _usable_row(self) -> CompareRow | None:
+        """The selected row when it can be estimated here: the open file's own level or one
+        simulated from it (a hub file is downloaded first)."""
+        row = self._selected_row()
+        if row is None or row.origin == HUB_ORIGIN or row.error or self._estimates.model is None:
+            return None
+        return row
+
+    def use_selected_quant(self) -> None:
+        """Estimate the open model at the selected row's level (every tab follows)."""
+        row = self._usable_row()
+        if row is not None:
+            self._estimates.set_quant(row.quant)
 
     def _show_hint(self) -> None:
         rows = self.table.selectionModel().selectedRows()

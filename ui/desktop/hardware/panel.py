@@ -232,7 +232,7 @@ class HardwarePanel(QWidget):
 
         self.custom_memory = spin(4096, 1, 24.0, " GiB")
         self.custom_bandwidth = spin(100_000, 1, 900.0, " GB/s")
-        self.custom_usable = spin(1.0, 3, 0.95, "")
+        self.custom_usable = spin(1.0, 3, 0.95, " of the memory")
         self.custom_usable.setSingleStep(0.01)
         self.custom_usable.setToolTip("The share of the memory a model may use (0 … 1)")
         self.custom_fp16 = spin(100_000, 1, 0.0, " TFLOPS")

@@ -45,6 +45,7 @@ class RecommendController(QObject):
     busy_changed = Signal(bool)
     applied = Signal(str)
     model_changed = Signal()
+    users_changed = Signal(int)
 
     def __init__(
         self,
@@ -63,6 +64,12 @@ class RecommendController(QObject):
         self._job = LatestJob(0, self._on_job_done, self._on_job_failed, self)
         self._job.busy_changed.connect(self.busy_changed)
         estimates.model_changed.connect(self._on_estimates_model_changed)
+        estimates.settings_changed.connect(lambda s: self.users_changed.emit(s.n_parallel))
+
+    @property
+    def settings_users(self) -> int:
+        """The parallel users the Settings panel holds (the form starts from them)."""
+        return self._estimates.settings.n_parallel
 
     @property
     def busy(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Final
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QResizeEvent, QShowEvent
+from PySide6.QtGui import QKeyEvent, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QBoxLayout,
     QCheckBox,
@@ -38,6 +38,9 @@ from ui.desktop.recommend.rows import (
     settings_summary,
 )
 from ui.desktop.shared.banner import MessageBanner
+from ui.desktop.shared.widgets import ERROR_STYLE, signals_blocked
+
+STALE_TEXT: Final = "Out of date: the goal changed since this plan. Press Recommend (or Enter)."
 
 
 class RecommendPanel(QWidget):
@@ -62,7 +65,15 @@ class RecommendPanel(QWidget):
         form.addRow("G&oal:", self.goal_box)
         self.users = QSpinBox()
         self.users.setRange(1, 1024)
-        self.users.setToolTip("How many people (or programs) use the model at once")
+        self.users.setToolTip(
+            "How many people (or programs) use the model at once; it follows the Settings "
+            "panel's parallel users until you change it here"
+        )
+        self._users_edited = False
+        self.users.setValue(controller.settings_users)
+        self._on_users_value(self.users.value())
+        self.users.valueChanged.connect(self._on_users_value)
+        controller.users_changed.connect(self._on_settings_users)
         form.addRow("&Users at once:", self.users)
         self.min_tps = QDoubleSpinBox()
         self.min_tps.setRange(0.0, 10_000.0)
@@ -132,6 +143,14 @@ class RecommendPanel(QWidget):
 
         result_box = QGroupBox("The plan")
         result = QVBoxLayout(result_box)
+        self.stale_label = QLabel(STALE_TEXT)
+        self.stale_label.setWordWrap(True)
+        self.stale_label.setStyleSheet(ERROR_STYLE)
+        self.stale_label.setVisible(False)
+        self.stale_label.setAccessibleName("Out of date")
+        result.addWidget(self.stale_label)
+        self._answered: GoalForm | None = None  # the form the plan shown answers
+        self._asked: GoalForm | None = None
         self.settings_label = QLabel("Choose a goal and press Recommend.")
         self.settings_label.setWordWrap(True)
         font = self.settings_label.font()
@@ -183,6 +202,35 @@ class RecommendPanel(QWidget):
         controller.applied.connect(self.apply_label.setText)
         controller.model_changed.connect(self._on_controller_model_changed)
         self._on_goal_box_changed(0)
+        for spin in (self.users, self.min_tps, self.ctx, self.min_ctx, self.leave_free):
+            spin.valueChanged.connect(self._show_stale)
+        for check in (self.any_quant, self.only_file, self.use_machines):
+            check.toggled.connect(self._show_stale)
+        self.goal_box.currentIndexChanged.connect(self._show_stale)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        """Enter in the form runs Recommend (a spin box or a combo passes it on)."""
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and self.run_button.isEnabled():
+            self.run_button.click()
+            return
+        super().keyPressEvent(event)
+
+    def _on_users_value(self, n: int) -> None:
+        self.users.setSuffix(" user" if n == 1 else " users")
+        if not self.users.signalsBlocked() and self.sender() is self.users:
+            self._users_edited = True
+
+    def _on_settings_users(self, n: int) -> None:
+        if not self._users_edited and n != self.users.value():
+            with signals_blocked(self.users):
+                self.users.setValue(n)
+            self._on_users_value(n)
+            self._show_stale()
+
+    def _show_stale(self, *_args: object) -> None:
+        """Mark the plan shown out of date while the form asks something else."""
+        stale = self._answered is not None and self.form() != self._answered
+        self.stale_label.setVisible(stale)
 
     NARROW_PX: Final = 900
 
@@ -247,7 +295,8 @@ class RecommendPanel(QWidget):
 
     def _on_run_clicked(self) -> None:
         self.banner.hide()
-        self.controller.run(self.form())
+        self._asked = self.form()
+        self.controller.run(self._asked)
 
     def _on_apply_clicked(self) -> None:
         self.controller.apply()
@@ -265,6 +314,8 @@ class RecommendPanel(QWidget):
 
     def _on_controller_finished(self, outcome: RecommendOutcome) -> None:
         self.banner.hide()
+        self._answered = self._asked
+        self._show_stale()
         rec = outcome.recommendation
         self.apply_label.clear()
         if rec.best is None:
