@@ -238,3 +238,30 @@ def test_every_number_on_every_screen_says_its_unit(qtbot: QtBot, qsettings: QSe
                         bare.append(f"{window.tabs.tabText(i)}: {header!r} shows {value!r}")
                         break
     assert bare == []
+
+
+def test_planned_gpus_take_a_bandwidth_and_say_when_it_is_assumed(
+    qtbot: QtBot, qsettings: QSettings
+) -> None:
+    """'Plan for GPUs: 24 GiB' assumed 300 GB/s without a word (Qwen3-8B at a third of an
+    RTX 4090's speed): the line says so, and a bandwidth given is the one used."""
+    window = make_window(qtbot, qsettings, open_demo=False)
+    with qtbot.waitSignal(window.models.model_loaded, timeout=LOAD_TIMEOUT_MS):
+        window.models.open_path("catalog:qwen3-8b")
+    panel = window.settings_panel
+    panel.planned.click()
+    panel.gpu_gib.setValue(24)
+    speed = window.memory_panel.speed
+    gpus = window.hardware.choice.hardware.gpus
+    assert [g.bandwidth_gb_per_s for g in gpus] == [None]
+    qtbot.waitUntil(lambda: speed.summary.prediction is not None, timeout=10_000)
+    qtbot.waitUntil(
+        lambda: "300 GB/s assumed" in window.memory_panel.speed_label.text(), timeout=10_000
+    )
+    slow = speed.summary.prediction.decode_tok_per_s  # type: ignore[union-attr]
+    panel.gpu_bandwidth.setValue(1008)
+    gpus = window.hardware.choice.hardware.gpus
+    assert [g.bandwidth_gb_per_s for g in gpus] == [1008]
+    qtbot.waitUntil(lambda: "assumed" not in window.memory_panel.speed_label.text(), timeout=10_000)
+    fast = speed.summary.prediction.decode_tok_per_s  # type: ignore[union-attr]
+    assert fast > 2 * slow

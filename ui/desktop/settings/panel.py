@@ -34,6 +34,7 @@ from app.hardware.devices import Hardware
 from app.model.facts import gpu_layers_text
 from app.model.spec import ModelSpec
 from app.planning.runner_plan import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOINTS
+from app.predict.speed import DEFAULT_GPU_BANDWIDTH_GB_PER_S
 from app.settings import ALL_LAYERS, CACHE_TYPES, FLASH_ATTN_MODES, RUNNERS, Settings
 from app.units import GIB
 from ui.desktop.settings.context import ContextControl
@@ -346,6 +347,25 @@ class SettingsPanel(QWidget):
         row.addWidget(self.gpu_count)
         row.addWidget(self.gpu_gib, 1)
         form.addRow(_label("Size:", self.gpu_count), row)
+        self.gpu_bandwidth = QDoubleSpinBox()
+        self.gpu_bandwidth.setRange(0, 20_000)
+        self.gpu_bandwidth.setDecimals(0)
+        self.gpu_bandwidth.setSingleStep(50)
+        self.gpu_bandwidth.setSuffix(" GB/s each")
+        self.gpu_bandwidth.setSpecialValueText(
+            f"not given ({DEFAULT_GPU_BANDWIDTH_GB_PER_S:.0f} GB/s assumed)"
+        )
+        self.gpu_bandwidth.setKeyboardTracking(False)
+        self.gpu_bandwidth.setToolTip(
+            wrap_tip(
+                "How fast each GPU reads its memory: writing speed follows it (an RTX 4090 "
+                "reads 1008 GB/s, an RTX 3060 360). Not given, the speed is worked out at "
+                f"{DEFAULT_GPU_BANDWIDTH_GB_PER_S:.0f} GB/s; a profile on the Hardware tab "
+                "brings its own"
+            )
+        )
+        self.gpu_bandwidth.valueChanged.connect(self._on_plan_changed)
+        form.addRow(_label("Bandwidth:", self.gpu_bandwidth), self.gpu_bandwidth)
         form.addRow(_label("System RAM:", self.ram_gib), self.ram_gib)
         self.this_machine.toggled.connect(self._on_this_machine_toggled)
         self.profile.toggled.connect(self._on_profile_toggled)
@@ -397,10 +417,11 @@ class SettingsPanel(QWidget):
     def _on_plan_changed(self) -> None:
         if self.planned.isChecked():
             sizes = [self.gpu_gib.value()] * self.gpu_count.value()
-            self._hardware.plan_gpus(sizes, self.ram_gib.value())
+            bandwidth = self.gpu_bandwidth.value() or None
+            self._hardware.plan_gpus(sizes, self.ram_gib.value(), bandwidth)
 
     def _set_plan_enabled(self, enabled: bool) -> None:
-        for w in (self.gpu_count, self.gpu_gib, self.ram_gib):
+        for w in (self.gpu_count, self.gpu_gib, self.ram_gib, self.gpu_bandwidth):
             w.setEnabled(enabled)
 
     # --- controller -> controls ---
@@ -551,10 +572,11 @@ class SettingsPanel(QWidget):
         if choice.source != "local":
             gpus = choice.hardware.gpus
             ram = choice.hardware.host.capacity_bytes
-            with signals_blocked(self.gpu_count, self.gpu_gib, self.ram_gib):
+            with signals_blocked(self.gpu_count, self.gpu_gib, self.ram_gib, self.gpu_bandwidth):
                 if gpus:
                     self.gpu_count.setValue(len(gpus))
                     self.gpu_gib.setValue(round((gpus[0].capacity_bytes or 0) / GIB, 1))
+                    self.gpu_bandwidth.setValue(gpus[0].bandwidth_gb_per_s or 0)
                 if ram:
                     self.ram_gib.setValue(round(ram / GIB, 1))
         with signals_blocked(self.this_machine, self.profile, self.planned):

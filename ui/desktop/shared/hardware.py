@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -106,13 +107,22 @@ class HardwareController(QObject):
             label = f"This machine: {describe_hardware(self._local)}"
             self.set_hardware(self._local, label, "local")
 
-    def plan_gpus(self, gpu_gib: list[float], ram_gib: float) -> None:
-        """Plan for GPUs of ``gpu_gib`` GiB each and ``ram_gib`` GiB of system RAM."""
+    def plan_gpus(
+        self, gpu_gib: list[float], ram_gib: float, bandwidth_gb_per_s: float | None = None
+    ) -> None:
+        """Plan for GPUs of ``gpu_gib`` GiB each and ``ram_gib`` GiB of system RAM, each GPU
+        reading its memory at ``bandwidth_gb_per_s`` (None: not given; the speed model then
+        assumes :data:`~app.predict.speed.DEFAULT_GPU_BANDWIDTH_GB_PER_S` and says so)."""
         assert all(g > 0 for g in gpu_gib), f"GPU sizes must be > 0 GiB, got {gpu_gib}"
         # this machine's CPU flags (they decide llama.cpp's CPU repack buffers) when known
         base = self._local or Hardware.cpu_only()
         gpu_bytes = [int(g * GIB) for g in gpu_gib]
         hardware = planned_hardware(base, gpu_bytes=gpu_bytes, ram_bytes=int(ram_gib * GIB))
+        if bandwidth_gb_per_s:
+            gpus = tuple(
+                dataclasses.replace(g, bandwidth_gb_per_s=bandwidth_gb_per_s) for g in hardware.gpus
+            )
+            hardware = dataclasses.replace(hardware, gpus=gpus)
         self.set_hardware(hardware, f"Planned: {describe_hardware(hardware)}", "planned")
 
     def _on_probe_done(self, hardware: Hardware) -> None:

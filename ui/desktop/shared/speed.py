@@ -32,7 +32,12 @@ from app.planning.options import QuantOption, quant_options
 from app.planning.planner import Capacity, max_users
 from app.planning.users import MeasuredUsers, UsersAnswer, measured_users, users_within_slo
 from app.planning.words import fmt_ctx
-from app.predict.speed import SpeedFactors, SpeedPrediction, predict_speed
+from app.predict.speed import (
+    DEFAULT_GPU_BANDWIDTH_GB_PER_S,
+    SpeedFactors,
+    SpeedPrediction,
+    predict_speed,
+)
 from app.settings import Settings
 from app.units import format_seconds, format_tps, plural, speed_depth
 from ui.desktop.shared.estimate_controller import EstimateController, EstimateState
@@ -98,6 +103,9 @@ class SpeedSummary:
     """The newest load test of this file under the same SLO (Verify's Users run), if any."""
     no_speed: str | None = None
     """Why there is no prediction: the settings do not fit, so nothing would run."""
+    assumed_bandwidth: bool = False
+    """A GPU of the plan has no bandwidth given: the speed assumed
+    :data:`~app.predict.speed.DEFAULT_GPU_BANDWIDTH_GB_PER_S` for it."""
 
 
 def users_goal(settings: Settings, margin_bytes: int) -> Goal:
@@ -168,6 +176,11 @@ def speed_text(summary: SpeedSummary) -> str:
     line = " · ".join(parts)
     if p is not None:
         line += f" — {basis_text(p.factors_source)}"
+        if summary.assumed_bandwidth:
+            line += (
+                f"; GPU bandwidth not given, {DEFAULT_GPU_BANDWIDTH_GB_PER_S:.0f} GB/s assumed "
+                "(set it under Plan for GPUs, or choose a profile)"
+            )
     return line
 
 
@@ -263,8 +276,16 @@ class SpeedController(QObject):
         same = key == self._users_key
         capacity = self._summary.capacity if same else None
         users = self._summary.users if same else None
+        assumed = any(g.bandwidth_gb_per_s is None for g in state.hardware.hardware.gpus)
         self._summary = SpeedSummary(
-            prediction, capacity, ctx, None, users, self._measured, no_speed=no_speed
+            prediction,
+            capacity,
+            ctx,
+            None,
+            users,
+            self._measured,
+            no_speed=no_speed,
+            assumed_bandwidth=assumed,
         )
         if key != self._users_key:
             self._users_key = key
