@@ -168,6 +168,7 @@ class VerifyPanel(QWidget):
         splitter.setStretchFactor(0, 4)  # the results first: at 700 pixels tall the Users
         splitter.setStretchFactor(1, 1)  # tab needs the room, the history a few rows
         self.history.setMinimumHeight(4 * self.history.verticalHeader().defaultSectionSize())
+        splitter.setSizes([4000, 1000])  # 4:1 from the start (scaled to the room there is)
         layout.addWidget(splitter, 1)
         note = QLabel(
             "llama.cpp prints sizes in MiB with two decimals, so its numbers are known to "
