@@ -197,6 +197,8 @@ def test_the_settings_hardware_box_shows_the_profile_planned_for(
     assert panel.profile_label.text() == "Profile RTX 3060 12 GB"
     assert (panel.gpu_count.value(), panel.gpu_gib.value(), panel.ram_gib.value()) == (1, 11, 32)
     assert not panel.gpu_gib.isEnabled()
+    window.hardware.local_detected.emit(Hardware.cpu_only(8 * GIB))  # this machine, probed
+    assert panel.ram_gib.value() == 32  # the profile's RAM stays shown
     panel.planned.click()
     assert window.hardware.choice.source == "planned"
     assert panel.gpu_gib.isEnabled()

@@ -134,3 +134,18 @@ def test_the_prompt_cache_and_checkpoints_are_llama_servers_and_in_the_estimate(
     assert not panel.checkpoints.isEnabled()
     assert est.options.cache_ram_mib is None
     assert prompt_cache() == 0  # Llama() keeps no prompt cache
+
+
+def test_the_export_carries_the_prompt_cache_and_checkpoints_set(
+    qtbot: QtBot, qsettings: QSettings
+) -> None:
+    window = make_window(qtbot, qsettings)
+    panel = window.settings_panel
+    panel.runner_combo.setCurrentIndex(panel.runner_combo.findData("llama-server"))
+    window.tabs.setCurrentWidget(window.export_panel)
+    command = window.export_panel.preview.toPlainText()
+    assert "-cram" not in command  # llama-server's defaults need no flag
+    panel.cache_ram.setValue(2048)
+    panel.checkpoints.setValue(4)
+    qtbot.waitUntil(lambda: "-cram 2048" in window.export_panel.preview.toPlainText())
+    assert "-ctxcp 4" in window.export_panel.preview.toPlainText()

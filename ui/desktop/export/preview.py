@@ -24,7 +24,12 @@ from app.export.lmstudio import LMStudioExport
 from app.export.targets import ExportOptions, export_for
 from app.model.spec import ModelSpec
 from app.planning.options import own_quant_name
-from app.planning.runner_plan import RunnerPlan, fitting_comments
+from app.planning.runner_plan import (
+    DEFAULT_CACHE_RAM_MIB,
+    DEFAULT_CTX_CHECKPOINTS,
+    RunnerPlan,
+    fitting_comments,
+)
 from app.settings import RunnerName, Settings
 from ui.desktop.shared.estimate_controller import EstimateState
 from ui.desktop.shared.model_card import LoadedModel
@@ -86,6 +91,9 @@ def export_preview(
         fitting=fitting_comments(plan, pinned_in_export=not auto_layers) if plan else (),
         mmproj_path=projector.path if projector is not None else None,
         mmproj_offload=plan.projector_on_gpu if plan is not None else True,
+        # llama-server's prompt cache and checkpoints, when the Settings panel changed them
+        cache_ram_mib=_changed(plan, "cache_ram_mib", DEFAULT_CACHE_RAM_MIB),
+        ctx_checkpoints=_changed(plan, "ctx_checkpoints", DEFAULT_CTX_CHECKPOINTS),
     )
     try:
         out = export_for(target, path, settings, facts=facts, system=system, options=options)
@@ -94,6 +102,14 @@ def export_preview(
     return ExportPreview(
         target, out.text, out.file_text, out.filename, out.notes, lmstudio=out.lmstudio
     )
+
+
+def _changed(plan: RunnerPlan | None, field: str, default: int) -> int | None:
+    """Return ``plan``'s llama-server ``field`` when it is not llama-server's default."""
+    if plan is None or plan.runner != "llama-server":
+        return None
+    value = int(getattr(plan, field))
+    return None if value == default else value
 
 
 def placeholder_path(spec: ModelSpec, quant: str) -> str:

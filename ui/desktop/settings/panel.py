@@ -555,7 +555,7 @@ class SettingsPanel(QWidget):
     def _on_hardware_local_detected(self, hardware: Hardware) -> None:
         ram = hardware.host.capacity_bytes
         self.machine_label.setText(describe_hardware(hardware))
-        if ram:
+        if ram and self._hardware.choice.source == "local":  # a plan's RAM stays shown
             with signals_blocked(self.ram_gib):
                 self.ram_gib.setValue(round(ram / GIB, 1))
 
