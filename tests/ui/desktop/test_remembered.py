@@ -100,7 +100,7 @@ def test_what_no_longer_reads_is_dropped(qtbot: QtBot, qsettings: QSettings) -> 
     model = first.estimates.model
     assert model is not None
     first.close()
-    qsettings.setValue(model_key(model), '{"runner": "llama-server", "pinned": [1, 2')
+    qsettings.setValue(model_key(model.path), '{"runner": "llama-server", "pinned": [1, 2')
     qsettings.setValue(HARDWARE_KEY, "not json")
     assert hardware_from_json("not json") is None
     second = restart(qtbot, qsettings)

@@ -49,9 +49,9 @@ REMEMBERED_OPTIONS: Final = ("cache_ram_mib", "ctx_checkpoints")
 """llama-server's own knobs kept per model."""
 
 
-def model_key(model: LoadedModel) -> str:
-    """Return the ``QSettings`` key of ``model`` (its path hashed: keys cannot hold '/')."""
-    digest = hashlib.sha256(model.path.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+def model_key(path: str) -> str:
+    """Return the ``QSettings`` key of the model at ``path`` (hashed: keys cannot hold '/')."""
+    digest = hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:24]
     return f"{MODEL_GROUP}/{digest}"
 
 
@@ -141,7 +141,7 @@ class RememberedSettings(QObject):
     def restore(self, model: LoadedModel) -> None:
         """Set again what the user set for ``model`` last time (nothing when nothing was)."""
         self._restored = model.path
-        text = self._store.value(model_key(model))
+        text = self._store.value(model_key(model.path))
         if not isinstance(text, str):
             return
         try:
@@ -177,7 +177,7 @@ class RememberedSettings(QObject):
             "pinned": {k: getattr(settings, k) for k in REMEMBERED_FIELDS if k in estimates.pinned},
             **{k: getattr(options, k) for k in REMEMBERED_OPTIONS},
         }
-        self._store.setValue(model_key(model), json.dumps(data))
+        self._store.setValue(model_key(model.path), json.dumps(data))
 
     def _on_estimates_state_changed(self, state: EstimateState) -> None:
         model = self._estimates.model
