@@ -57,7 +57,7 @@ from ui.desktop.settings.panel import SettingsPanel
 from ui.desktop.settings.remembered import RememberedSettings
 from ui.desktop.shared.banner import MessageBanner
 from ui.desktop.shared.estimate_controller import EstimateController
-from ui.desktop.shared.hardware import HardwareController
+from ui.desktop.shared.hardware import HardwareChoice, HardwareController
 from ui.desktop.shared.model_card import LoadedModel, card_at_quant
 from ui.desktop.shared.widgets import wrap_tooltips
 from ui.desktop.verify.controller import VerifyController
@@ -239,9 +239,7 @@ class MainWindow(QMainWindow):
         self.estimates.state_changed.connect(lambda _s: self._tips.start())
         self.memory_panel.speed.speed_changed.connect(lambda _s: self._tips.start())
         self.statusBar().showMessage("Starting…")
-        self.hardware.hardware_changed.connect(
-            lambda choice: self.statusBar().showMessage(choice.label)
-        )
+        self.hardware.hardware_changed.connect(self._on_hardware_changed)
         self._restore_window()
         self.remembered.restore_hardware()
         if detect_hardware:
@@ -395,8 +393,9 @@ class MainWindow(QMainWindow):
     def _on_models_model_failed(self, failure: ModelFailure) -> None:
         kept = self.models.current
         keep = f" Still showing {kept.card.title}." if kept is not None else ""
-        self._on_problem(
-            f"Could not open {os.path.basename(failure.path)}: {failure.message}.{keep}"
+        self.banner.show_message(
+            f"Could not open {os.path.basename(failure.path)}: {failure.message}.{keep}",
+            failure.detail,
         )
 
     def _on_compare_download_finished(self, path: str) -> None:
@@ -412,6 +411,11 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(READING_MESSAGE)
         elif self.statusBar().currentMessage() == READING_MESSAGE:
             self.statusBar().clearMessage()  # a failed open left it there for good
+
+    def _on_hardware_changed(self, choice: HardwareChoice) -> None:
+        self.statusBar().showMessage(choice.label)
+        if not choice.label.endswith("(detecting…)"):
+            self.banner.hide()  # a later success: the error above is old news
 
     def _on_problem(self, text: str) -> None:
         self.banner.show_message(text)

@@ -95,3 +95,55 @@ def test_the_open_dialog_starts_in_the_last_models_folder(
     expected = os.path.dirname(recent[0]) if recent else str(Path.home())
     assert asked == [expected]
     assert os.path.isdir(asked[0])  # a folder, never "" (Qt's current directory)
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b"", "the file is empty"),
+        (b"hello, not a model", "not a GGUF model file"),
+        (None, "the file is cut short"),  # a real model's first 5,000 bytes
+    ],
+)
+def test_a_bad_file_is_said_in_plain_words_with_the_detail_on_demand(
+    qtbot: QtBot, window: MainWindow, tmp_path: Path, content: bytes | None, words: str
+) -> None:
+    bad = tmp_path / "bad.gguf"
+    if content is None:
+        demo = window.models.current
+        assert demo is not None
+        content = Path(demo.path).read_bytes()[:5000]
+    bad.write_bytes(content)
+    with qtbot.waitSignal(window.models.model_failed, timeout=LOAD_TIMEOUT_MS) as failed:
+        window.models.open_path(str(bad))
+    banner = window.banner
+    text = banner.label.text()
+    assert words in text, text
+    for jargon in ("b'", "bytes left", "at byte"):
+        assert jargon not in text
+    detail = failed.args[0].detail
+    if content:  # the reader found something at a place: said on demand
+        assert detail.startswith("at byte")
+        assert not banner.details_button.isHidden()
+        assert banner.detail_label.isHidden()
+        banner.details_button.click()
+        assert banner.detail_label.text() == detail
+        assert not banner.detail_label.isHidden()
+
+
+def test_the_error_banner_goes_when_a_later_action_succeeds(
+    qtbot: QtBot, window: MainWindow, tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"hello")
+    with qtbot.waitSignal(window.models.model_failed, timeout=LOAD_TIMEOUT_MS):
+        window.models.open_path(str(bad))
+    assert not window.banner.isHidden()
+    window.settings_panel.planned.click()  # another plan: a success
+    assert window.banner.isHidden()
+    with qtbot.waitSignal(window.models.model_failed, timeout=LOAD_TIMEOUT_MS):
+        window.models.open_path(str(bad))
+    assert not window.banner.isHidden()
+    with qtbot.waitSignal(window.models.model_loaded, timeout=LOAD_TIMEOUT_MS):
+        window.models.open_demo()
+    assert window.banner.isHidden()

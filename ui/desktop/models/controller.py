@@ -19,6 +19,7 @@ from PySide6.QtCore import (
     Signal,
 )
 
+from app.errors import GGUFError
 from app.model.catalog import CATALOG_DIR, catalog_key, catalog_keys, is_catalog
 from app.sources.library import (
     Library,
@@ -270,7 +271,8 @@ class ModelController(QObject):
         self._finish()
         if serial != self._serial:
             return
-        self.model_failed.emit(ModelFailure(path, describe_error(error)))
+        detail = error.detail if isinstance(error, GGUFError) else ""
+        self.model_failed.emit(ModelFailure(path, describe_error(error), detail))
 
     def _save(self) -> None:
         self._settings.setValue(RECENT_KEY, list(self._recent))

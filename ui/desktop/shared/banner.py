@@ -27,6 +27,21 @@ class MessageBanner(QFrame):
         self.label.setTextFormat(Qt.TextFormat.PlainText)  # errors quote file contents
         self.label.setAccessibleName("Error")
         layout.addWidget(self.label, 1)
+        self.detail_label = QLabel()
+        self.detail_label.setWordWrap(True)
+        self.detail_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.detail_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.detail_label.setAccessibleName("Error detail")
+        self.detail_label.hide()
+        self.details_button = QToolButton()
+        self.details_button.setText("Details")
+        self.details_button.setToolTip("What the reader found, where (for a bug report)")
+        self.details_button.setCheckable(True)
+        self.details_button.setAutoRaise(True)
+        self.details_button.toggled.connect(self.detail_label.setVisible)
+        self.details_button.hide()
+        layout.addWidget(self.detail_label, 1)
+        layout.addWidget(self.details_button)
         close = QToolButton()
         close.setText("✕")
         close.setToolTip("Dismiss")
@@ -36,7 +51,11 @@ class MessageBanner(QFrame):
         layout.addWidget(close)
         self.hide()
 
-    def show_message(self, text: str) -> None:
-        """Show ``text`` (one line or a few)."""
+    def show_message(self, text: str, detail: str = "") -> None:
+        """Show ``text`` (one line or a few), with ``detail`` behind a Details button."""
         self.label.setText(text)
+        self.detail_label.setText(detail)
+        self.details_button.setChecked(False)
+        self.details_button.setVisible(bool(detail))
+        self.detail_label.hide()
         self.show()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from app.errors import CatalogError, GGTuneError, ModelOpenError
+from app.errors import CatalogError, GGTuneError, GGUFError, LimitExceededError, ModelOpenError
 from app.model.catalog import (
     CATALOG_DIR,
     CATALOG_PREFIX,
@@ -294,7 +294,22 @@ def load_demo_model() -> LoadedModel:
 
 
 def describe_error(err: BaseException) -> str:
-    """Return one line for the user: a GGTuneError's own text, never a traceback."""
+    """Return one line for the user: a GGTuneError's own text, never a traceback.
+
+    A model file the reader found cut short says so: an empty file "the file is empty", a
+    header claiming more than the bytes left "the file is cut short" (the reader's words
+    stay in ``detail``, shown on demand).
+    """
+    if isinstance(err, GGUFError) and err.path:
+        name = str(err.path)  # as str(err) names it
+        try:
+            empty = os.path.getsize(err.path) == 0
+        except OSError:
+            empty = False
+        if empty:
+            return f"{name}: the file is empty"
+        if isinstance(err, LimitExceededError) and "bytes left" in err.message:
+            return f"{name}: the file is cut short — an incomplete download or copy?"
     if isinstance(err, GGTuneError):
         return str(err)
     if isinstance(err, OSError):
