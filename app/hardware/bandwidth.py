@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import platform
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -165,6 +164,8 @@ def host_bandwidth(
     )
     entries[key] = asdict(result)
     with contextlib.suppress(OSError):
+        import tempfile  # only when a measurement is written: ~3 ms a CLI run skips
+
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".host-bandwidth-", suffix=".json")
         try:

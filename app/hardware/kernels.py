@@ -19,7 +19,6 @@ import itertools
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -260,6 +259,8 @@ def store_rates(rates: KernelRates, *, cache_dir: Path | None = None) -> KernelR
             merged = KernelRates.from_dict(old).merged(rates)
     entries[key] = merged.to_dict()
     with contextlib.suppress(OSError):
+        import tempfile  # only when rates are written: ~3 ms a read-only CLI run skips
+
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".cpu-kernels-", suffix=".json")
         try:

@@ -8,15 +8,34 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 from app.hardware.report import (
     GpuInfo,
     GpuProcess,
     ProbeUnavailable,
 )
+
+NVML_LIBRARY: Final = "libnvidia-ml.so.1"
+"""The library nvidia-ml-py loads outside Windows (pynvml.py, ``_LoadNvmlLibrary``)."""
+
+
+def _nvml_library_missing() -> bool:
+    """Whether NVML's library cannot load here, so nvmlInit would fail with
+    NVML_ERROR_LIBRARY_NOT_FOUND: known in ~0.1 ms, without pynvml's ~10 ms of import."""
+    if sys.platform.startswith("win"):
+        return False  # pynvml looks in two places there: let it
+    import ctypes  # only for this check; pynvml imports it anyway
+
+    try:
+        ctypes.CDLL(NVML_LIBRARY)
+    except OSError:
+        return True
+    return False
 
 
 def nvml_bandwidth_gb_per_s(bus_width_bits: int, max_memory_clock_mhz: int) -> float:
@@ -45,6 +64,10 @@ def probe_nvidia() -> tuple[GpuInfo, ...]:
     Each field is read on its own: one NVML call that is not supported leaves that field
     unknown and adds a note, the rest is still read.
     """
+    if _nvml_library_missing():  # what nvmlInit says then, without importing pynvml
+        if importlib.util.find_spec("pynvml") is None:
+            raise ProbeUnavailable("nvidia-ml-py (pynvml) is not installed")
+        raise ProbeUnavailable("NVML: NVML Shared Library Not Found")
     try:
         nvml: Any = importlib.import_module("pynvml")
     except ImportError:

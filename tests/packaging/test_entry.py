@@ -5,6 +5,7 @@ The frozen twin of these checks is test_bundle.py, which builds the bundle (minu
 
 from __future__ import annotations
 
+import ctypes.util
 import os
 import struct
 import subprocess
@@ -109,8 +110,11 @@ def test_main_calls_freeze_support_before_anything(monkeypatch: pytest.MonkeyPat
 def test_a_files_cli_run_imports_nothing_it_does_not_use(command: str, gemma_path: Path) -> None:
     # Start-up budget of 0.2 s (docs/benchmarks.md, section cli): outside a bundle
     # freeze_support does nothing (no multiprocessing, ~10 ms), a file is not a catalog entry
-    # (no catalog, ~4 ms), and no TOML is read (no tomllib).
+    # (no catalog, ~4 ms), and no TOML is read (no tomllib). Without NVIDIA's driver NVML's
+    # absence is known before pynvml's ~10 ms of import (app/hardware/nvidia.py).
     unused = ["multiprocessing", "app.model.catalog", "tomllib"]
+    if ctypes.util.find_library("nvidia-ml") is None:
+        unused.append("pynvml")
     code = (
         "import runpy, sys\n"
         f"sys.argv = ['ggtune', {command!r}, {str(gemma_path)!r}, '--json']\n"
