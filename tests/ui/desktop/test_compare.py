@@ -285,6 +285,10 @@ def test_repo_errors_are_a_banner(qtbot: QtBot, window: MainWindow, hub: FakeHub
     assert panel.banner.isVisible()
     assert "no such repository" in panel.banner.label.text()
     assert "Traceback" not in panel.banner.label.text()
+    # nothing is being read any more: no "Reading the quant files…" left for good (issue 18)
+    assert "Reading" not in panel.summary_label.text()
+    assert "Nothing read from ggtune-test/nope" in panel.summary_label.text()
+    assert panel.table_model.rowCount() == 0
     # a file whose header cannot be read: a row without numbers, and the banner says why
     sha = hub.repos[REPO].files["demo-Q4_1.gguf"].sha256
     hub.fail[f"/cdn/{sha}"] = (404, {})

@@ -147,3 +147,20 @@ def test_the_error_banner_goes_when_a_later_action_succeeds(
     with qtbot.waitSignal(window.models.model_loaded, timeout=LOAD_TIMEOUT_MS):
         window.models.open_demo()
     assert window.banner.isHidden()
+
+
+def test_starting_with_a_bad_last_file_leaves_nothing_working(
+    qtbot: QtBot, qsettings: QSettings, tmp_path: Path
+) -> None:
+    """A bad last model at start: no 'Working out the quants…', no editable empty box."""
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"hello")
+    window = make_window(qtbot, qsettings, open_demo=False)
+    with qtbot.waitSignal(window.models.model_failed, timeout=LOAD_TIMEOUT_MS):
+        window.models.open_path(str(bad))
+    assert window.estimates.model is None
+    combo = window.settings_panel.quant_combo
+    assert not combo.isEnabled()
+    assert not combo.isEditable()
+    assert "Working" not in window.compare_panel.chart.empty_text
+    assert "Reading" not in window.statusBar().currentMessage()

@@ -75,6 +75,8 @@ class CompareChartWidget(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._rows: tuple[CompareRow, ...] = ()
+        self.empty_text = "Open a model to compare its quant levels."
+        """What the chart says while it has no rows (the panel says why when nothing came)."""
         self._metric: ChartMetric = "memory"
         self._selected = -1
         self.paint_count = 0
@@ -141,7 +143,7 @@ class CompareChartWidget(QWidget):
         fm = QFontMetrics(self.font())
         if not self._rows:
             painter.setPen(text)
-            painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "Working out the quants…")
+            painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, self.empty_text)
             return
         label_w = self._label_width(fm)
         value_w = fm.horizontalAdvance("00.0 GiB of 00.0 GiB") + 8

@@ -178,6 +178,7 @@ class ComparePanel(QWidget):
         self.table.addAction(self.use_action)
 
         controller.result_changed.connect(self._on_controller_result_changed)
+        estimates.model_changed.connect(self._on_estimates_model_changed)
         controller.failed.connect(self._on_controller_failed)
         controller.busy_changed.connect(self.busy_label.setVisible)
         controller.repo_changed.connect(self._on_controller_repo_changed)
@@ -272,6 +273,7 @@ class ComparePanel(QWidget):
             self.summary_label.setText(f"Reading the quant files of {repo} (headers only)…")
 
     def _on_controller_result_changed(self, result: CompareResult) -> None:
+        self.chart.empty_text = "Working out the quants…"
         self.banner.hide()
         if result.errors:
             self.banner.show_message(
@@ -300,8 +302,23 @@ class ComparePanel(QWidget):
         self._show_hint()
         self._update_download_button()
 
+    def _on_estimates_model_changed(self, _model: object) -> None:
+        self.chart.empty_text = "Working out the quants…"
+        self.chart.update()
+
     def _on_controller_failed(self, message: str) -> None:
         self.banner.show_message(message)
+        # nothing is being read any more: say so where "Reading…" was (it stayed for good)
+        repo = self.controller.repo
+        self.summary_label.setText(
+            f"Nothing read from {repo}: see the message above. Try again, or go back to "
+            "the open model."
+            if repo is not None
+            else "The quant levels could not be worked out: see the message above."
+        )
+        self.table_model.clear()
+        self.chart.empty_text = "Nothing to show"
+        self.chart.set_rows(())
 
     def _selected_quant(self) -> str | None:
         row = self._selected_row()

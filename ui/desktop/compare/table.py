@@ -48,6 +48,12 @@ class CompareTableModel(QAbstractTableModel):
         """The rows shown."""
         return self._rows
 
+    def clear(self) -> None:
+        """Show no rows (nothing came: the panel says why)."""
+        self.beginResetModel()
+        self._rows = ()
+        self.endResetModel()
+
     def set_result(self, result: CompareResult) -> None:
         """Show ``result``; keep the view's selection when only the numbers changed."""
         same_shape = result.device_names == self._devices and tuple(
