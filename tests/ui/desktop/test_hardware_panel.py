@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
+from PySide6.QtCore import QSettings
 from pytestqt.modeltest import ModelTester
 from pytestqt.qtbot import QtBot
 
@@ -20,7 +21,7 @@ from app.hardware.probe import detect
 from app.hardware.profiles import builtin_profiles_dir, compose, load_profiles
 from app.hardware.report import HardwareReport
 from app.predict.estimate import estimate
-from tests.ui.desktop.test_main_window import held_only
+from tests.ui.desktop.test_main_window import held_only, make_window
 from ui.desktop.hardware.custom import custom_profile_toml
 from ui.desktop.hardware.panel import HardwarePanel
 from ui.desktop.hardware.table import ProfileTableModel
@@ -56,6 +57,7 @@ def test_profile_table(qtmodeltester: ModelTester, tmp_path: Path) -> None:
     assert table.index(row, 2).data() == "24 GiB"
     assert table.index(row, 6).data() == "built-in"
     assert table.index(row, 3).data(256) is profiles[row]  # UserRole
+    assert table.index(row, 7).data() == "rtx-3090"  # the id Combine takes (issue 18)
 
 
 def test_probe_runs_on_the_pool_and_lists_what_failed(qtbot: QtBot, tmp_path: Path) -> None:
@@ -205,3 +207,19 @@ def test_custom_profile_toml_round_trips_unknown_fp16() -> None:
     assert 'name = "My \\"odd\\" box"' in text
     assert 'fp16_tflops = { source = "my notes" }' in text
     assert Hardware is not None
+
+
+def test_profiles_are_found_by_name_or_id(qtbot: QtBot, qsettings: QSettings) -> None:
+    window = make_window(qtbot, qsettings)
+    panel = window.hardware_panel
+    qtbot.waitUntil(lambda: len(panel.profile_model.rows) > 10, timeout=30_000)
+    panel.profile_search.setText("3060")
+    shown = [
+        panel.profile_proxy.index(r, 0).data(256).id for r in range(panel.profile_proxy.rowCount())
+    ]
+    assert shown == ["rtx-3060-12g"]
+    panel.profile_search.setText("GeForce RTX 4090")
+    assert panel.profile_proxy.rowCount() == 1
+    assert panel.select_profile("rtx-3060-12g")  # shown again to be chosen
+    panel.plan_selected_profile()
+    assert window.hardware.choice.label.startswith("Profile NVIDIA GeForce RTX 3060 12 GB")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSortFilterProxyModel, Qt, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -52,7 +52,7 @@ from app.hardware.profiles import (
 )
 from app.hardware.report import HardwareReport
 from ui.desktop.hardware.custom import CustomProfileFields, check_custom_profile
-from ui.desktop.hardware.table import ProfileTableModel
+from ui.desktop.hardware.table import SEARCH_ROLE, ProfileTableModel
 from ui.desktop.hardware.words import describe_report
 from ui.desktop.machines.controller import MachinesController
 from ui.desktop.machines.panel import MachinesBox
@@ -157,8 +157,18 @@ class HardwarePanel(QWidget):
         box = QGroupBox("Profiles")
         layout = QVBoxLayout(box)
         self.profile_model = ProfileTableModel(self, user_dir=self._user_dir)
+        self.profile_proxy = QSortFilterProxyModel(self)
+        self.profile_proxy.setSourceModel(self.profile_model)
+        self.profile_proxy.setFilterRole(SEARCH_ROLE)
+        self.profile_proxy.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        self.profile_search = QLineEdit()
+        self.profile_search.setPlaceholderText("Search profiles (name or id, e.g. 3060)")
+        self.profile_search.setAccessibleName("Search profiles")
+        self.profile_search.setClearButtonEnabled(True)
+        self.profile_search.textChanged.connect(self.profile_proxy.setFilterFixedString)
+        layout.addWidget(self.profile_search)
         self.profile_table = QTableView()
-        self.profile_table.setModel(self.profile_model)
+        self.profile_table.setModel(self.profile_proxy)
         self.profile_table.setAccessibleName("Hardware profiles")
         self.profile_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.profile_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -299,7 +309,9 @@ class HardwarePanel(QWidget):
         """Select the row of ``profile_id_``; return whether it exists."""
         for row, profile in enumerate(self.profile_model.rows):
             if profile.id == profile_id_:
-                self.profile_table.selectRow(row)
+                self.profile_search.clear()  # the row must be shown to be selected
+                shown = self.profile_proxy.mapFromSource(self.profile_model.index(row, 0))
+                self.profile_table.selectRow(shown.row())
                 return True
         return False
 

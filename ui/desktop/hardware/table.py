@@ -12,7 +12,18 @@ from PySide6.QtCore import QObject, Qt
 from app.hardware.profiles import HardwareProfile
 from ui.desktop.shared.record_table import RIGHT, RecordTableModel
 
-PROFILE_COLUMNS: Final = ("Name", "Kind", "Memory", "Bandwidth", "Usable", "FP16", "From")
+PROFILE_COLUMNS: Final = (
+    "Name",
+    "Kind",
+    "Memory",
+    "Bandwidth",
+    "Usable",
+    "FP16",
+    "From",
+    "Id (for Combine)",
+)
+SEARCH_ROLE: Final = int(Qt.ItemDataRole.UserRole) + 1
+"""The words a search matches: the name, the id and its aliases."""
 
 
 def _figure_text(value: float | None, unit: str) -> str:
@@ -37,6 +48,8 @@ class ProfileTableModel(RecordTableModel[HardwareProfile]):
         p = record
         if role == Qt.ItemDataRole.UserRole:
             return p
+        if role == SEARCH_ROLE:
+            return " ".join((p.name, p.id, *p.aliases))
         figures = (None, None, p.memory_gib, p.bandwidth_gb_per_s, p.usable_fraction)
         if role == Qt.ItemDataRole.DisplayRole:
             texts = (
@@ -47,6 +60,7 @@ class ProfileTableModel(RecordTableModel[HardwareProfile]):
                 f"{(p.usable_fraction.value or 0) * 100:.0f} %",
                 _figure_text(p.fp16_tflops.value, "TFLOPS"),
                 "custom" if self.is_custom(p) else "built-in",
+                p.id,
             )
             return texts[column]
         if role == Qt.ItemDataRole.ToolTipRole:
