@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from pathlib import Path
 
 from app.hardware.report import (
@@ -69,6 +70,39 @@ def host_cpu_flags(
     return flags
 
 
+def linux_memory_and_cores() -> tuple[int, int, int, int, int, int] | None:
+    """Linux: RAM total and available, swap total and free (bytes), physical and logical
+    cores, read where psutil reads them (psutil/_pslinux.py: ``virtual_memory``,
+    ``swap_memory``, ``cpu_count_cores`` method 1, ``cpu_count_logical``), so the figures
+    are psutil's without its ~10 ms of import; None when a source is missing or odd
+    (no MemAvailable, none in a container's limits, no topology files): psutil decides then."""
+    try:
+        mems: dict[bytes, int] = {}
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                fields = line.split()
+                mems[fields[0]] = int(fields[1]) * 1024
+        total, available = mems[b"MemTotal:"], mems[b"MemAvailable:"]
+        swap_total, swap_free = mems[b"SwapTotal:"], mems[b"SwapFree:"]
+        logical = os.sysconf("SC_NPROCESSORS_ONLN")
+        cpus = Path("/sys/devices/system/cpu")
+        names = [
+            n for n in os.listdir(cpus) if n[:3] == "cpu" and n[3:4].isascii() and n[3:4].isdigit()
+        ]
+        cores: set[bytes] = set()
+        for leaf in ("core_cpus_list", "thread_siblings_list"):  # psutil's order
+            lists = [cpus / n / "topology" / leaf for n in names]
+            lists = [p for p in lists if p.exists()]
+            if lists:
+                cores = {p.read_bytes().strip() for p in lists}
+                break
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
+    if not 0 < available <= total or not cores or logical < 1:
+        return None
+    return total, available, swap_total, swap_free, len(cores), logical
+
+
 def probe_host(
     *,
     cpuinfo_path: str | os.PathLike[str] = "/proc/cpuinfo",
@@ -76,9 +110,8 @@ def probe_host(
     system: str | None = None,
     machine: str | None = None,
 ) -> HostInfo:
-    """Return the CPU and system memory (psutil; ``/proc/cpuinfo`` or sysctl for the CPU)."""
-    import psutil
-
+    """Return the CPU and system memory (psutil, or on Linux the files it reads;
+    ``/proc/cpuinfo`` or sysctl for the CPU)."""
     system = system or platform.system()
     machine = machine or platform.machine()
     model, _ = parse_cpuinfo(read_text(Path(cpuinfo_path)) or "", machine)
@@ -86,25 +119,33 @@ def probe_host(
         model = sysctl(run, "machdep.cpu.brand_string") or model
     if model is None:
         model = platform.processor() or None
-    vm = psutil.virtual_memory()
+    counts = linux_memory_and_cores() if sys.platform.startswith("linux") else None
     swap_total: int | None = None
     swap_free: int | None = None
-    try:
-        swap = psutil.swap_memory()
-        swap_total, swap_free = int(swap.total), int(swap.free)
-    except (OSError, RuntimeError):
-        pass
+    if counts is not None:
+        ram_total, ram_available, swap_total, swap_free, physical, logical = counts
+    else:
+        import psutil  # not on Linux's common path: ~10 ms of import
+
+        vm = psutil.virtual_memory()
+        ram_total, ram_available = int(vm.total), int(vm.available)
+        try:
+            swap = psutil.swap_memory()
+            swap_total, swap_free = int(swap.total), int(swap.free)
+        except (OSError, RuntimeError):
+            pass
+        physical, logical = psutil.cpu_count(logical=False), psutil.cpu_count(logical=True)
     return HostInfo(
         system=system,
         machine=machine,
         cpu_model=model,
-        physical_cores=psutil.cpu_count(logical=False),
-        logical_cores=psutil.cpu_count(logical=True),
+        physical_cores=physical,
+        logical_cores=logical,
         cpu_flags=host_cpu_flags(
             cpuinfo_path=cpuinfo_path, run=run, system=system, machine=machine
         ),
-        ram_total_bytes=int(vm.total),
-        ram_available_bytes=int(vm.available),
+        ram_total_bytes=ram_total,
+        ram_available_bytes=ram_available,
         swap_total_bytes=swap_total,
         swap_free_bytes=swap_free,
     )

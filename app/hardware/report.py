@@ -9,7 +9,6 @@ Frozen data shared by the probes (:mod:`app.hardware.host`, :mod:`app.hardware.n
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -262,6 +261,8 @@ class HardwareReport:
 def run_command(argv: Sequence[str], timeout_s: float) -> str:
     """Run ``argv`` and return its stdout (see :data:`CommandRunner`)."""
     assert argv, "no command"
+    import subprocess  # only the probes that run a command (macOS): ~5 ms a Linux run skips
+
     try:
         out = subprocess.run(
             list(argv), capture_output=True, text=True, timeout=timeout_s, check=False

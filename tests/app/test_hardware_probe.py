@@ -22,7 +22,7 @@ import pytest
 from app.hardware.apple import parse_gpu_core_count, probe_apple
 from app.hardware.bandwidth import host_bandwidth
 from app.hardware.drm import drm_gpus, pci_device_name, probe_drm
-from app.hardware.host import parse_cpuinfo, probe_host
+from app.hardware.host import linux_memory_and_cores, parse_cpuinfo, probe_host
 from app.hardware.nvidia import nvml_bandwidth_gb_per_s, probe_nvidia
 from app.hardware.probe import detect, local_cpu_flags, local_hardware
 from app.hardware.report import DrmCard, HardwareReport, ProbeUnavailable, run_command, with_timeout
@@ -45,6 +45,21 @@ def test_host_probe_agrees_with_psutil_and_os() -> None:
     assert host.system == platform.system()
     assert host.machine == platform.machine()
     assert host.cpu_flags == local_cpu_flags()
+
+
+@pytest.mark.skipif(not Path("/proc/meminfo").is_file(), reason="Linux /proc only")
+def test_on_linux_the_host_probe_reads_psutils_own_files_to_the_same_figures() -> None:
+    # The host probe skips psutil's ~10 ms of import on Linux by reading what it reads.
+    counts = linux_memory_and_cores()
+    assert counts is not None, "no MemAvailable or CPU topology here: psutil decides"
+    vm, swap = psutil.virtual_memory(), psutil.swap_memory()
+    total, available, swap_total, swap_free, physical, logical = counts
+    assert (total, swap_total) == (vm.total, swap.total)
+    assert (physical, logical) == (psutil.cpu_count(logical=False), psutil.cpu_count())
+    assert abs(available - vm.available) < 256 * MIB  # the two reads are a moment apart
+    assert abs(swap_free - swap.free) < 256 * MIB
+    host = probe_host()
+    assert (host.ram_total_bytes, host.physical_cores) == (total, physical)
 
 
 @pytest.mark.skipif(not Path("/proc/cpuinfo").is_file(), reason="Linux /proc only")
