@@ -186,3 +186,14 @@ def test_a_plan_for_another_goal_is_marked_out_of_date_and_enter_runs_it(
         qtbot.keyClick(panel.ctx, Qt.Key.Key_Return)
     assert panel.stale_label.isHidden()
     assert panel.form().ctx == 8192
+
+
+def test_the_plan_line_says_no_gpu_on_a_machine_without_one(
+    qtbot: QtBot, window: MainWindow
+) -> None:
+    """Issue 18: 'GPU layers all' on a CPU-only machine read as a GPU plan."""
+    window.tabs.setCurrentWidget(window.recommend_panel)
+    run(qtbot, window, GoalForm("users", n_users=1, ctx=4096))
+    text = window.recommend_panel.settings_label.text()
+    assert "no GPU: all layers on the CPU" in text
+    assert "GPU layers all" not in text

@@ -110,12 +110,18 @@ def pooled_commands(outcome: RecommendOutcome) -> str:
 def settings_summary(c: Candidate) -> str:
     """Return the plan's settings in one line, as the Settings panel names them."""
     s = c.settings
-    ngl = "all" if s.n_gpu_layers < 0 else str(s.n_gpu_layers)
+    has_gpu = any(d.kind == "gpu" for d in c.estimate.devices)
+    if not has_gpu:
+        layers = "no GPU: all layers on the CPU"
+    elif c.gpu_layers >= c.n_layers:  # the repeating layers, as the card and slider count
+        layers = f"GPU layers: all {c.n_layers} + output"
+    else:
+        layers = f"GPU layers: {c.gpu_layers} of {c.n_layers}"
     parts = [
         f"{c.quant.name} ({c.quant.origin})",
         f"context {fmt_ctx(s.n_ctx)}"
         + (f" ({fmt_ctx(c.n_ctx_per_user)} × {s.n_parallel} users)" if s.n_parallel > 1 else ""),
-        f"GPU layers {ngl}",
+        layers,
         f"KV cache {s.cache_type_k}/{s.cache_type_v}",
         f"flash attention {s.flash_attn}",
     ]
