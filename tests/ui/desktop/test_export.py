@@ -248,3 +248,19 @@ def test_write_to_lmstudio_config_confirms_and_keeps_a_backup(
     backups = list(config.parent.glob(config.name + ".*.bak"))
     assert len(backups) == 1
     assert '"value": 4096' in config.read_text(encoding="utf-8")
+
+
+def test_a_saved_script_is_executable(qtbot: QtBot, gemma: LoadedModel, tmp_path: Path) -> None:
+    """Issue 18: a saved llama-server.sh was not executable."""
+    import os
+    import stat
+
+    _estimates, controller, panel = make_panel(qtbot, gemma, tmp_path)
+    controller.set_target("llama-server")
+    target = tmp_path / "out" / "llama-server.sh"
+    target.parent.mkdir()
+    panel.ask_save_path = lambda _p, _s: str(target)
+    panel.save_button.click()
+    assert target.read_text().startswith("#!")
+    assert os.access(target, os.X_OK)
+    assert target.stat().st_mode & stat.S_IXUSR

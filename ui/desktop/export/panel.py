@@ -163,6 +163,13 @@ class ExportPanel(QWidget):
         except (GGTuneError, OSError) as err:
             self._show_error(f"Not saved: {describe_error(err)}")
             return
+        if preview.file_text.startswith("#!"):  # a script runs as saved (issue 18)
+            try:
+                mode = written.stat().st_mode
+                written.chmod(mode | ((mode & 0o444) >> 2))  # executable where readable
+            except OSError as err:
+                self._show_error(f"Saved, but not made executable: {describe_error(err)}")
+                return
         self.status_label.setText(f"Saved {written}")
         self.saved.emit(str(written))
 
