@@ -356,3 +356,17 @@ def test_a_row_is_applied_by_its_button_a_double_click_or_its_menu(
     assert panel.use_action in panel.table.actions()
     panel.use_action.trigger()
     assert window.estimates.quant is None
+
+
+def test_a_cpu_only_machine_is_told_why_ram_can_run_backwards(
+    qtbot: QtBot, window: MainWindow
+) -> None:
+    """Issue 18: on a CPU, Q4_K_M needed more RAM than Q5_K_M (the repacked copy and the
+    mapped file both count) with no word why."""
+    wait_for_rows(qtbot, window)
+    text = window.compare_panel.summary_label.text()
+    assert "repacks" in text
+    assert "Q4_K" in text
+    window.estimates.update(use_mmap=False)
+    wait_for_rows(qtbot, window)
+    assert "repacks" not in window.compare_panel.summary_label.text()

@@ -47,6 +47,7 @@ from PySide6.QtWidgets import (
 
 from app.planning.compare import HUB_ORIGIN, CompareRow
 from app.planning.words import fmt_ctx
+from app.predict.estimate import repack_type_names
 from app.sources.hf import (
     DownloadProgress,
     ModelEntry,
@@ -294,13 +295,29 @@ class ComparePanel(QWidget):
         self.summary_label.setText(
             f"{where}At {fmt_ctx(s.n_ctx)} of context{users}, {s.cache_type_k}/"
             f"{s.cache_type_v} KV cache, the most GPU layers that fit. "
-            f"Speed: {result.speed_source}."
+            f"Speed: {result.speed_source}.{self._repack_note(result)}"
         )
         names = [r.quant for r in result.rows]
         if selected in names:
             self.table.selectRow(names.index(selected))
         self._show_hint()
         self._update_download_button()
+
+    def _repack_note(self, result: CompareResult) -> str:
+        """Say why the RAM column can run backwards on a CPU: llama.cpp repacks some weight
+        types into a copy of their own while the mapped file keeps its pages (issue 18:
+        Q4_K_M needed more RAM than Q5_K_M, with no word why)."""
+        hardware = self._estimates.state.hardware.hardware
+        if hardware.gpus or not result.settings.use_mmap:
+            return ""
+        types = sorted(repack_type_names(hardware.host))
+        if not types:
+            return ""
+        return (
+            f" On this CPU llama.cpp repacks {', '.join(types)} weights into a copy of "
+            "their own while the file stays mapped, so those quants need more RAM than "
+            "their size says (mmap off keeps one copy)."
+        )
 
     def _on_estimates_model_changed(self, _model: object) -> None:
         self.chart.empty_text = "Working out the quants…"
