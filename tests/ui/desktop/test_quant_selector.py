@@ -18,6 +18,7 @@ from app.model.quant import QuantResult, simulate_all, simulate_quant
 from app.model.spec import ModelSpec
 from app.planning.options import own_quant_name
 from app.predict.estimate import estimate
+from app.units import format_bytes
 from tests.ui.desktop.test_main_window import LOAD_TIMEOUT_MS, TEST_HARDWARE, held_only, make_window
 from ui.desktop.main_window import MainWindow
 from ui.desktop.memory.components import COMPONENTS
@@ -101,7 +102,8 @@ def test_combo_offers_the_file_then_every_simulated_level(window: MainWindow) ->
     for i, r in enumerate(expected, start=1):
         assert combo.itemData(i) == r.file_type.name
         extra = ", needs an imatrix" if r.needs_imatrix else ""
-        assert combo.itemText(i) == f"{r.file_type.name} — simulated{extra}"
+        size = format_bytes(r.spec.weights_bytes)  # each level says its size (issue 18)
+        assert combo.itemText(i) == f"{r.file_type.name} — simulated, {size}{extra}"
     assert any("needs an imatrix" in combo.itemText(i) for i in range(combo.count()))
     assert window.estimates.state.quant is None
     assert window.estimates.state.spec is model.spec

@@ -36,7 +36,7 @@ from app.model.spec import ModelSpec
 from app.planning.runner_plan import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOINTS
 from app.predict.speed import DEFAULT_GPU_BANDWIDTH_GB_PER_S
 from app.settings import ALL_LAYERS, CACHE_TYPES, FLASH_ATTN_MODES, RUNNERS, Settings
-from app.units import GIB
+from app.units import GIB, format_bytes
 from ui.desktop.settings.context import ContextControl
 from ui.desktop.shared.estimate_controller import (
     RUNNER_TITLES,
@@ -61,8 +61,9 @@ QUANT_TOOLTIP = (
 
 def quant_title(choice: QuantChoice) -> str:
     """Return the Quantization combo's text for a simulated level."""
+    size = f", {format_bytes(choice.weights_bytes)}" if choice.weights_bytes else ""
     extra = ", needs an imatrix" if choice.needs_imatrix else ""
-    return f"{choice.name} — simulated{extra}"
+    return f"{choice.name} — simulated{size}{extra}"
 
 
 def _form(box: QGroupBox) -> QFormLayout:

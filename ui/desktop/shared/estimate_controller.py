@@ -90,6 +90,8 @@ class QuantChoice:
 
     name: str
     needs_imatrix: bool
+    weights_bytes: int = 0
+    """The weights at this level (what the file would hold, bytes); 0: not known."""
 
 
 def simulate_level(spec: ModelSpec, quant: str) -> QuantResult:
@@ -115,7 +117,7 @@ def simulate_choices(
             continue
         name = result.file_type.name
         specs[name] = result.spec
-        choices.append(QuantChoice(name, result.needs_imatrix))
+        choices.append(QuantChoice(name, result.needs_imatrix, result.spec.weights_bytes))
     return tuple(choices), specs
 
 
