@@ -22,6 +22,7 @@ from app.hardware.host import probe_host
 from app.hardware.kernels import cached_rates
 from app.measured.results_db import ResultsDB, quick_file_hash
 from app.measured.users_result import Slo, UsersPlan, served_users
+from app.predict.speed import SpeedFactors
 from ui.desktop.main_window import MainWindow
 from ui.desktop.verify.users_plot import UsersPoint, describe
 from ui.desktop.verify.users_run import users_counts
@@ -188,6 +189,13 @@ def test_users_run_shows_measured_beside_predicted_and_stores_it(
         assert stored_model.index(row, 3).data(Qt.ItemDataRole.UserRole) == s.ttft_s
         assert stored_model.index(row, 2).data(Qt.ItemDataRole.UserRole) is None  # no rerun
     assert [p.n_users for p in shown.plot.points] == [1, 2]
+    # a run started before the calibration loads predicts with it all the same (read the
+    # way the Memory view reads it), not with the published ratios
+    again.verify.speed_factors = SpeedFactors  # as if the factors had not loaded yet
+    with qtbot.waitSignal(again.verify.users_finished, timeout=ENGINE_TIMEOUT_MS) as rerun:
+        qtbot.mouseClick(again.verify_panel.users_button, Qt.MouseButton.LeftButton)
+    assert rerun.args[0].calibrated
+    assert rerun.args[0].prediction_source.startswith("calibrated on ")
 
 
 def test_cancel_mid_users_run_ends_the_child_and_stores_nothing(

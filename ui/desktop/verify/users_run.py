@@ -28,6 +28,7 @@ from app.settings import Settings
 from runner.benchmark import physical_cores
 from runner.load_test import LoadTest
 from ui.desktop.shared.model_card import LoadedModel, describe_error
+from ui.desktop.shared.speed import load_speed_factors
 
 USERS_TIMEOUT_S: Final = 600.0
 """Per load-test step (loading, each round)."""
@@ -123,6 +124,11 @@ class UsersThread(QThread):
     def run(self) -> None:
         """Time kernels, predict, run, store and report (worker thread)."""
         try:
+            if self._factors.n_measurements == 0:
+                # a run started before the Memory view's calibration loaded (it loads on
+                # the pool): read it the same way here, so the figure is the one every
+                # tab shows a moment later, not the published ratios
+                self._factors = load_speed_factors(self._model.spec, self._hardware, True)
             hardware = self._with_kernels()
             if self._cancelled:
                 raise EngineCancelledError("cancelled while timing this CPU's kernels")
