@@ -3,7 +3,8 @@
 Run: ``.venv/bin/python -m bench.bench_agreement > /tmp/agreement.md`` (a few minutes on two
 cores). It uses the same grid as tests/agreement and prints markdown for
 docs/benchmarks.md: per model the number of settings where weights, KV cache and recurrent
-state matched llama.cpp's printed figures, and the compute-buffer error (min/max/worst case).
+state, and the compute buffer matched llama.cpp's printed figures, and the compute-buffer
+error (min/max/worst case).
 """
 
 from __future__ import annotations
@@ -56,8 +57,11 @@ def main() -> None:
         f"{time.strftime('%Y-%m-%d')}",
         file=sys.stderr,
     )
-    print("| model | settings | weights = | KV/state = | compute error (min … max) | worst case |")
-    print("|---|---:|---:|---:|---:|---|")
+    print(
+        "| model | settings | weights = | KV/state = | compute = | compute error (min … max) "
+        "| worst case |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---|")
     outliers: list[str] = []
     for label, path in paths.items():
         spec = model_spec(read_model(path))
@@ -69,7 +73,7 @@ def main() -> None:
                 continue
             valid.append(s)
         reports = dry_run_many(path, valid, timeout_s=300)
-        weights_ok = kv_ok = 0
+        weights_ok = kv_ok = compute_ok = 0
         errors: list[tuple[float, str, float, float]] = []
         for s, report in zip(valid, reports, strict=True):
             est = estimate(spec, s, hw)
@@ -85,6 +89,7 @@ def main() -> None:
             kv_ok += ours == theirs and len(rs_ours) == len(rs_theirs)
             engine = report.compute_bytes_on("CPU")
             mine = est.device("CPU").compute_bytes
+            compute_ok += llama_mib(mine) == llama_mib(engine)
             err = 100.0 * (mine - engine) / engine
             errors.append((err, describe(s), mine / MIB, engine / MIB))
             if abs(err) > 3.0:
@@ -97,7 +102,8 @@ def main() -> None:
         hi = max(e[0] for e in errors)
         print(
             f"| {label} | {len(valid)} | {weights_ok}/{len(valid)} | {kv_ok}/{len(valid)} | "
-            f"{lo:+.1f}% … {hi:+.1f}% | {worst[1]}: {worst[2]:.2f} vs {worst[3]:.2f} MiB |"
+            f"{compute_ok}/{len(valid)} | {lo:+.1f}% … {hi:+.1f}% | "
+            f"{worst[1]}: {worst[2]:.2f} vs {worst[3]:.2f} MiB |"
         )
     print()
     print("Compute buffers outside 3 %:")

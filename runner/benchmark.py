@@ -42,7 +42,7 @@ import platform
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -74,9 +74,11 @@ from runner.dry_run import (
     ModelFacts,
     ModelLoad,
     build_report,
+    check_rpc_endpoint,
     context_params,
     load_model,
     open_engine,
+    probe_rpc_servers,
 )
 from runner.worker import ChildChannel, ChildFailure, EngineWorker, Event, ItemEvent, LogEvent
 
@@ -118,6 +120,7 @@ class BenchRequest:
     n_threads: int
     use_mlock: bool = False
     seed: int = 1234
+    rpc_servers: tuple[str, ...] = ()
 
 
 # --- messages child -> parent (picklable) ---------------------------------------------
@@ -362,7 +365,7 @@ def benchmark_child(request: BenchRequest, channel: ChildChannel) -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
     import numpy as np
 
-    engine = open_engine(channel)
+    engine = open_engine(channel, request.rpc_servers)
     before = memory_snapshot()  # the interpreter and llama.cpp's libraries, no model yet
     sampler = _MemorySampler()
     sampler.start()
@@ -521,6 +524,7 @@ class Benchmark:
         use_mlock: bool = False,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         on_progress: Callable[[BenchProgress], None] | None = None,
+        rpc_servers: Sequence[str] = (),
     ) -> None:
         if not os.path.isfile(model_path):
             raise ModelFileNotFoundError("no such model file", path=model_path)
@@ -541,6 +545,7 @@ class Benchmark:
             plan=plan,
             n_threads=n_threads or physical_cores(),
             use_mlock=use_mlock,
+            rpc_servers=tuple(check_rpc_endpoint(e) for e in rpc_servers),
         )
         self._on_progress = on_progress
         self._log: list[str] = []
@@ -558,6 +563,7 @@ class Benchmark:
 
     def run(self) -> BenchResult:
         """Run the benchmark; return what it measured (raises EngineError subclasses)."""
+        probe_rpc_servers(self.request.rpc_servers)
         started = datetime.now(UTC)
         t0 = time.perf_counter()
         try:
@@ -639,11 +645,14 @@ def benchmark(
     use_mlock: bool = False,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     on_progress: Callable[[BenchProgress], None] | None = None,
+    rpc_servers: Sequence[str] = (),
 ) -> BenchResult:
     """Benchmark ``model_path`` with ``settings`` in one child process; see the module doc.
 
-    ``timeout_s`` bounds each step. Raises :class:`~app.errors.EngineError` subclasses
-    (crashed, load failure, time-out, cancelled) and ``ModelFileNotFoundError``.
+    ``timeout_s`` bounds each step. ``rpc_servers`` (``host:port`` of running
+    ggml-rpc-servers) become devices RPC0, RPC1 … as with llama.cpp's ``--rpc``. Raises
+    :class:`~app.errors.EngineError` subclasses (crashed, load failure, time-out,
+    cancelled) and ``ModelFileNotFoundError``.
     """
     return Benchmark(
         model_path,
@@ -653,4 +662,5 @@ def benchmark(
         use_mlock=use_mlock,
         timeout_s=timeout_s,
         on_progress=on_progress,
+        rpc_servers=rpc_servers,
     ).run()

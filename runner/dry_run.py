@@ -171,6 +171,7 @@ class DryRunRequest:
     model_path: str
     mode: EngineMode
     groups: tuple[LoadGroup, ...]
+    rpc_servers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,8 +206,47 @@ class ContextFacts:
     n_ubatch: int
 
 
+def check_rpc_endpoint(endpoint: str) -> str:
+    """Return ``endpoint`` (``host:port``) or raise a one-line error naming what is wrong.
+
+    >>> check_rpc_endpoint("127.0.0.1:50052")
+    '127.0.0.1:50052'
+    """
+    host, sep, port = endpoint.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise EngineUnsupportedError(
+            f"RPC server {endpoint!r} is not HOST:PORT (e.g. 192.168.1.20:50052)"
+        )
+    return f"{host}:{int(port)}"
+
+
+def probe_rpc_servers(endpoints: Sequence[str], timeout_s: float = 3.0) -> None:
+    """Raise :class:`~app.errors.EngineLoadError` for the first server that does not accept
+    a TCP connection within ``timeout_s``.
+
+    llama.cpp aborts the whole process when an RPC handshake fails (``ggml-rpc.cpp``), so
+    the parent checks first and says which server is missing instead of "the engine
+    crashed". The probe connection closes before its HELLO, which ggml-rpc-server drops.
+    """
+    import socket
+
+    for endpoint in endpoints:
+        host, _, port = endpoint.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                pass
+        except OSError as exc:
+            raise EngineLoadError(
+                f"RPC server {endpoint} does not answer ({exc.strerror or exc}); start "
+                f"ggml-rpc-server -H {host} -p {port} on that machine"
+            ) from None
+
+
 def plan(
-    model_path: str | os.PathLike[str], settings_list: Sequence[Settings], mode: EngineMode
+    model_path: str | os.PathLike[str],
+    settings_list: Sequence[Settings],
+    mode: EngineMode,
+    rpc_servers: Sequence[str] = (),
 ) -> DryRunRequest:
     """Group ``settings_list`` by model params, in first-seen order; check what can't pass."""
     assert mode in ("no_alloc", "alloc"), f"mode must be 'no_alloc' or 'alloc', not {mode!r}"
@@ -228,6 +268,7 @@ def plan(
         model_path=os.fspath(model_path),
         mode=mode,
         groups=tuple(LoadGroup(load, tuple(jobs)) for load, jobs in groups.items()),
+        rpc_servers=tuple(check_rpc_endpoint(e) for e in rpc_servers),
     )
 
 
@@ -256,7 +297,12 @@ class GgmlBackend:
         from llama_cpp import llama_cpp as bindings
         from llama_cpp._ctypes_extensions import load_shared_library
 
-        libs = []
+        # libllama's own handle first: dlsym on it searches the libggml it was linked with.
+        # The wheel ships libggml.so and libggml.so.0 as two copies of one file (wheels hold
+        # no symlinks), and loading libggml.so by name would give a second, separate backend
+        # registry: RPC devices registered there are invisible to llama.cpp, and a buffer
+        # type from it is not one llama.cpp knows.
+        libs: list[Any] = [bindings._lib]
         for name in ("ggml", "ggml-base"):
             try:
                 libs.append(load_shared_library(name, bindings._base_path))
@@ -275,6 +321,45 @@ class GgmlBackend:
             libs, "ggml_backend_dev_memory", None, [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)]
         )
         self.dev_buffer_type = _ggml_function(libs, "ggml_backend_dev_buffer_type", vp, [vp])
+        self.reg_by_name = _ggml_function(libs, "ggml_backend_reg_by_name", vp, [ctypes.c_char_p])
+        self.reg_get_proc_address = _ggml_function(
+            libs, "ggml_backend_reg_get_proc_address", vp, [vp, ctypes.c_char_p]
+        )
+        self.register = _ggml_function(libs, "ggml_backend_register", None, [vp])
+
+    def add_rpc_servers(self, endpoints: Sequence[str]) -> None:
+        """Register one RPC backend per ``host:port``, as llama.cpp's ``--rpc`` does.
+
+        ``common/arg.cpp`` ``add_rpc_devices``: ``ggml_backend_reg_by_name("RPC")``, then
+        ``ggml_backend_rpc_add_server`` through ``ggml_backend_reg_get_proc_address`` (the
+        function is not exported on its own) and ``ggml_backend_register``. Each server's
+        devices appear as ``RPC0``, ``RPC1`` … in order; llama.cpp puts them before the
+        local GPUs (``src/llama.cpp``). A server that does not answer aborts the process
+        inside libggml (``GGML_ABORT("RPC handshake failed")``): callers check first.
+        """
+        if not endpoints:
+            return
+        reg = self.reg_by_name(b"RPC")
+        if not reg:
+            raise ChildFailure(
+                "this llama.cpp build has no RPC backend (built without GGML_RPC=ON); "
+                "run the set-up again (python3 tasks.py run)",
+                error=EngineUnsupportedError,
+            )
+        address = self.reg_get_proc_address(reg, b"ggml_backend_rpc_add_server")
+        if not address:
+            raise ChildFailure(
+                "the RPC backend does not offer ggml_backend_rpc_add_server",
+                error=EngineUnsupportedError,
+            )
+        add_server = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(address)
+        for endpoint in endpoints:
+            server_reg = add_server(endpoint.encode())
+            if not server_reg:
+                raise ChildFailure(
+                    f"RPC server {endpoint} reports no devices", error=EngineLoadError
+                )
+            self.register(server_reg)
 
     def devices(self) -> tuple[EngineDevice, ...]:
         found = []
@@ -378,10 +463,12 @@ class EngineSession:
     log_callback: object
 
 
-def open_engine(channel: ChildChannel) -> EngineSession:
+def open_engine(channel: ChildChannel, rpc_servers: Sequence[str] = ()) -> EngineSession:
     """In the child: route llama.cpp's log to ``channel``, start the backends, send facts.
 
-    Sends one :class:`EngineFacts` (build, system info, devices) before returning.
+    ``rpc_servers`` (``host:port``) become devices ``RPC0``, ``RPC1`` … before the facts are
+    read, so every model load in this process can place layers on them. Sends one
+    :class:`EngineFacts` (build, system info, devices) before returning.
     """
     import llama_cpp
     from llama_cpp import llama_cpp as bindings
@@ -395,6 +482,9 @@ def open_engine(channel: ChildChannel) -> EngineSession:
     bindings.llama_log_set(log_callback, ctypes.c_void_p(0))
     bindings.llama_backend_init()
     ggml = GgmlBackend()
+    if rpc_servers:
+        channel.step(f"connecting to RPC servers {', '.join(rpc_servers)}")
+        ggml.add_rpc_servers(rpc_servers)
     facts = EngineFacts(
         engine_version=f"llama-cpp-python {llama_cpp.__version__}",
         system_info=(bindings.llama_print_system_info() or b"").decode("utf-8", "replace").strip(),
@@ -445,7 +535,7 @@ def dry_run_child(request: DryRunRequest, channel: ChildChannel) -> None:
     Sends :class:`EngineFacts`, then per group a :class:`ModelFacts` and per context a
     :class:`ContextFacts`; each model load and each context is a step.
     """
-    engine = open_engine(channel)
+    engine = open_engine(channel, request.rpc_servers)
     bindings, forwarder = engine.bindings, engine.forwarder
     progress = bindings.llama_progress_callback(lambda _progress, _user_data: True)
     for group in request.groups:
@@ -595,10 +685,11 @@ class DryRun:
         mode: EngineMode = "no_alloc",
         timeout_s: float = DEFAULT_TIMEOUT_S,
         on_event: Callable[[Event], None] | None = None,
+        rpc_servers: Sequence[str] = (),
     ) -> None:
         if not os.path.isfile(model_path):
             raise ModelFileNotFoundError("no such model file", path=model_path)
-        self.request = plan(model_path, settings_list, mode)
+        self.request = plan(model_path, settings_list, mode, rpc_servers)
         self._worker = EngineWorker(
             dry_run_child, self.request, timeout_s=timeout_s, on_event=on_event
         )
@@ -612,6 +703,7 @@ class DryRun:
         """Run every settings; return one report per settings, in the given order."""
         if not self.request.groups:
             return []
+        probe_rpc_servers(self.request.rpc_servers)
         result = self._worker.run()
         return _reports(self.request, result.events)
 
@@ -626,13 +718,16 @@ def dry_run(
     *,
     mode: EngineMode = "no_alloc",
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    rpc_servers: Sequence[str] = (),
 ) -> EngineReport:
     """Return llama.cpp's report for ``settings`` on ``model_path`` (one child process).
 
     ``timeout_s`` bounds each step (starting, loading, creating the context).
     Raises :class:`~app.errors.EngineError` subclasses and ``ModelFileNotFoundError``.
     """
-    return DryRun(model_path, [settings], mode=mode, timeout_s=timeout_s).run()[0]
+    return DryRun(
+        model_path, [settings], mode=mode, timeout_s=timeout_s, rpc_servers=rpc_servers
+    ).run()[0]
 
 
 def dry_run_many(
@@ -641,6 +736,7 @@ def dry_run_many(
     *,
     mode: EngineMode = "no_alloc",
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    rpc_servers: Sequence[str] = (),
 ) -> list[EngineReport]:
     """Return one report per settings, in order, from one child process.
 
@@ -649,4 +745,6 @@ def dry_run_many(
     llama.cpp refuses (e.g. a quantized V cache with flash attention ``"off"``) fails
     the whole call with :class:`~app.errors.EngineLoadError` naming its index.
     """
-    return DryRun(model_path, settings_list, mode=mode, timeout_s=timeout_s).run()
+    return DryRun(
+        model_path, settings_list, mode=mode, timeout_s=timeout_s, rpc_servers=rpc_servers
+    ).run()

@@ -403,8 +403,9 @@ and the app runs the engine check before it shows a verdict. Shrink this set as 
 
 COMPUTE_CHECKED_ARCHS: Final = frozenset(
     {
-        # the compute-buffer model (app/predict/estimate.py) is within the tolerance of
-        # tests/agreement on a real or zoo model of these architectures
+        # the compute graph (app/predict/graph/models.py BUILDERS) rebuilds llama.cpp's
+        # reserve graph node for node on a real or zoo model of these architectures
+        # (tests/agreement/test_compute_graph.py)
         "llama",
         "deci",
         "qwen2",
@@ -422,6 +423,13 @@ COMPUTE_CHECKED_ARCHS: Final = frozenset(
         "lfm2",
         "rwkv6",
         "rwkv7",
+        "llama4",
+        "gemma4",
+        "gemma3n",
+        "qwen35",
+        "qwen35moe",
+        "deepseek32",
+        "t5",
     }
 )
 """Architectures whose compute buffer ggtune models within tests/agreement's tolerance.

@@ -165,6 +165,16 @@ class ModelSpec:
     family: str = ""
     """The architecture's family in :data:`app.model.arch_table.ARCH_RULES` (``""``: unknown)."""
     kv_status: KvStatus = "unknown"
+    graph_hparams: tuple[tuple[str, int | float | bool], ...] = ()
+    """Every scalar ``{arch}.*`` key of the file (key without the prefix): the switches the
+    compute-graph model reads (softcapping, logit scale, expert gating …)."""
+
+    def hparam(self, key: str) -> int | float | bool | None:
+        """Return the scalar ``{arch}.{key}`` from the file, or None."""
+        for k, v in self.graph_hparams:
+            if k == key:
+                return v
+        return None
 
     @property
     def n_layer(self) -> int:
@@ -240,9 +250,16 @@ class ModelSpec:
 _BLOCK_RE: Final = re.compile(r"^(?:enc\.|dec\.)?blk\.(\d+)\.(.+)$")
 
 
-def tensor_role(name: str) -> TensorRole:
+def tensor_role(name: str, arch: str = "") -> TensorRole:
     """Classify a tensor by its GGUF name (names from ``src/llama-arch.cpp``)."""
-    if name.startswith(("token_embd", "position_embd", "token_types")):
+    if name.startswith("token_embd_norm"):
+        # LLM_TENSOR_OUTPUT_NORM_LFM2 reuses the name for the output norm; elsewhere it is
+        # LLM_TENSOR_TOKEN_EMBD_NORM, a norm of the first layer
+        return "output_norm" if arch in _LFM2_ARCHS else "norm"
+    if name.startswith(
+        ("token_embd", "position_embd", "token_types", "per_layer_token_embd", "masked_embd_")
+    ):
+        # LLM_TENSOR_LAYER_INPUT in src/llama-arch.cpp: loaded to the CPU
         return "token_embedding"
     if name.startswith("output_norm"):
         return "output_norm"
@@ -269,9 +286,26 @@ def tensor_role(name: str) -> TensorRole:
     return "other"
 
 
-def _layer_of(name: str) -> int | None:
+_LFM2_ARCHS: Final = frozenset({"lfm2", "lfm2moe"})
+
+
+def _layer_of(name: str, arch: str = "") -> int | None:
+    """Return the block a tensor belongs to (its ``blk.N.`` prefix).
+
+    ``token_embd_norm`` has no prefix but is created with block 0
+    (``tn(LLM_TENSOR_TOKEN_EMBD_NORM, "weight", 0)`` in every model that has one), so it
+    lives on the first layer's device; lfm2's output norm of the same name does not; nor
+    do gemma3n's and gemma4's per-layer input projection and its norm.
+    """
     m = _BLOCK_RE.match(name)
-    return int(m.group(1)) if m else None
+    if m:
+        return int(m.group(1))
+    if name.startswith("token_embd_norm") and arch not in _LFM2_ARCHS:
+        return 0
+    if name.startswith(("per_layer_model_proj", "per_layer_proj_norm")):
+        # gemma3n, gemma4: tn(LLM_TENSOR_PER_LAYER_MODEL_PROJ, "weight", 0), repeating
+        return 0
+    return None
 
 
 class _Meta:
@@ -630,8 +664,8 @@ def model_spec(header: HeaderLike) -> ModelSpec:
             ggml_type=t.ggml_type,
             type_name=t.type_name,
             n_bytes=t.n_bytes,
-            layer=_layer_of(t.name),
-            role=tensor_role(t.name),
+            layer=_layer_of(t.name, arch),
+            role=tensor_role(t.name, arch),
         )
         for t in tensors_in
     )
@@ -718,6 +752,16 @@ def model_spec(header: HeaderLike) -> ModelSpec:
         swa_chunked=bool(rule.swa and rule.swa.chunked and any(is_swa)),
         family=rule.family if arch in ARCH_RULES else "",
         kv_status=kv_status,
+        graph_hparams=_scalar_keys(md, arch),
     )
     check_llama_cpp_rules(header, spec)  # never a verdict on a file llama.cpp refuses
     return spec
+
+
+def _scalar_keys(md: Mapping[str, object], arch: str) -> tuple[tuple[str, int | float | bool], ...]:
+    prefix = f"{arch}."
+    return tuple(
+        (key[len(prefix) :], value)
+        for key, value in md.items()
+        if key.startswith(prefix) and isinstance(value, int | float | bool)
+    )

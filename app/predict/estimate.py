@@ -21,6 +21,7 @@ from app.hardware.devices import Device, DeviceKind, Hardware
 from app.model.arch_table import COMPUTE_CHECKED_ARCHS
 from app.model.ggml import GGML_QUANT_SIZES, GGMLQuantizationType
 from app.model.spec import KvStatus, ModelSpec, TensorRole, TensorSpec
+from app.predict.graph.compute import GraphRequest, caches_of, compute_buffers
 from app.settings import CacheType, Settings
 
 _T = TypeVar("_T")
@@ -969,13 +970,125 @@ def _compute_bytes(
     return max(output_stage, inputs + working)
 
 
+# --- compute buffers per device -----------------------------------------------------------
+
+
+def graph_request(
+    spec: ModelSpec,
+    settings: Settings,
+    ctx: ResolvedContext,
+    n_kv: dict[str, int],
+    placement: Placement,
+    hardware: Hardware,
+    *,
+    as_dry_run: bool = False,
+) -> GraphRequest:
+    """Return what the reserve graph depends on for these settings (hashable)."""
+    n_seqs = max(1, settings.n_parallel)
+    n_tokens = min(ctx.n_ctx, ctx.n_ubatch)
+    # sched_reserve: one output per token of the micro-batch (n_outputs_max = n_batch);
+    # graph_reserve rounds n_tokens up to a multiple of n_seq_max
+    n_outputs = min(n_tokens, ctx.n_batch)
+    if n_tokens % n_seqs:
+        n_tokens = -(-n_tokens // n_seqs) * n_seqs
+    ngl = settings.n_gpu_layers if settings.n_gpu_layers >= 0 else spec.n_layer_all + 1
+    return GraphRequest(
+        n_tokens=n_tokens,
+        n_outputs=n_outputs,
+        n_seqs=n_seqs,
+        kv_unified=settings.kv_unified,
+        flash_attn=ctx.flash_attn,
+        type_k=settings.cache_type_k,
+        type_v=settings.cache_type_v,
+        caches=caches_of(n_kv),
+        layer_device=placement.layer_device,
+        output_device=placement.output_device,
+        n_gpu_layers=ngl,
+        n_cpu_moe=settings.n_cpu_moe,
+        offload_kqv=settings.offload_kqv,
+        gpu_names=tuple(g.name for g in hardware.gpus),
+        overrides=tuple(
+            sorted(_overridden_devices(spec, settings.tensor_overrides, hardware).items())
+        ),
+        has_overrides=bool(settings.tensor_overrides) or settings.n_cpu_moe > 0,
+        pins=not as_dry_run,
+    )
+
+
+_COMPUTE_MEMO: dict[tuple[int, GraphRequest], tuple[ModelSpec, tuple[int, ...]]] = {}
+_COMPUTE_MEMO_SIZE: Final = 2048
+
+
+def _device_compute(
+    spec: ModelSpec,
+    settings: Settings,
+    ctx: ResolvedContext,
+    n_kv: dict[str, int],
+    placement: Placement,
+    hardware: Hardware,
+    as_dry_run: bool = False,
+) -> tuple[int, ...]:
+    """Return the compute buffer of each device (GPUs, then the host).
+
+    From the rebuilt reserve graph (app/predict/graph) where ggtune has the architecture's
+    graph; otherwise the stage model below, on every used GPU alike.
+    """
+    req = graph_request(spec, settings, ctx, n_kv, placement, hardware, as_dry_run=as_dry_run)
+    key = (id(spec), req)
+    hit = _COMPUTE_MEMO.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    sizes = compute_buffers(spec, req)
+    if sizes is None:
+        sizes = _stage_model_devices(spec, settings, ctx, n_kv, placement, len(hardware.gpus))
+    if len(_COMPUTE_MEMO) >= _COMPUTE_MEMO_SIZE:
+        _COMPUTE_MEMO.pop(next(iter(_COMPUTE_MEMO)))
+    _COMPUTE_MEMO[key] = (spec, sizes)
+    return sizes
+
+
+def _stage_model_devices(
+    spec: ModelSpec,
+    settings: Settings,
+    ctx: ResolvedContext,
+    n_kv: dict[str, int],
+    placement: Placement,
+    n_dev: int,
+) -> tuple[int, ...]:
+    compute = [0] * (n_dev + 1)
+    graph_bytes = _compute_bytes(spec, ctx, n_kv, settings.n_parallel)
+    used_gpus = {d for d in (*placement.layer_device, placement.output_device) if d >= 0}
+    if used_gpus:
+        for d in used_gpus:
+            compute[d] = graph_bytes
+        # the host keeps a small buffer for the input embeddings of one micro-batch
+        compute[n_dev] = 4 * min(ctx.n_ctx, ctx.n_ubatch) * spec.n_embd
+    else:
+        compute[n_dev] = graph_bytes
+    return tuple(compute)
+
+
 # --- the estimate -----------------------------------------------------------------------
 
 
-def estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryEstimate:
+def estimate(
+    spec: ModelSpec,
+    settings: Settings,
+    hardware: Hardware,
+    *,
+    compute: bool = True,
+    as_dry_run: bool = False,
+) -> MemoryEstimate:
     """Return where every byte goes for ``spec`` run with ``settings`` on ``hardware``.
 
-    Pure and fast (no I/O): safe to call on every slider tick.
+    Pure and fast (no I/O): safe to call on every slider tick. ``compute=False`` leaves
+    the compute buffers out (0, ``compute_known`` False): a lower bound of every device's
+    total for a search that only needs to rule settings out (the planner).
+    ``as_dry_run``: the compute buffers as llama.cpp's ``no_alloc`` dry run sizes them,
+    not as a real load does. They differ with GPUs: the dry run
+    (``ggml_backend_sched_reserve_size``) resets the scheduler and forgets the pins of
+    ``graph_get_cb`` (norms on their layer's device, the attention output on the CPU
+    without KV offload); llama-fit-params and ``--fit`` decide with those figures.
 
     >>> est = estimate(spec, Settings(n_ctx=8192), Hardware.cpu_only())  # doctest: +SKIP
     >>> est.device("CPU").kv_bytes                                       # doctest: +SKIP
@@ -1046,16 +1159,10 @@ def estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryE
             dev = placement.layer_device[il] if settings.offload_kqv else -1
             rs[index(dev)] += b
 
-    compute = [0] * (n_dev + 1)
-    graph_bytes = _compute_bytes(spec, ctx, n_kv, settings.n_parallel)
-    used_gpus = {d for d in (*placement.layer_device, placement.output_device) if d >= 0}
-    if used_gpus:
-        for d in used_gpus:
-            compute[d] = graph_bytes
-        # the host keeps a small buffer for the input embeddings of one micro-batch
-        compute[host_index] = 4 * min(ctx.n_ctx, ctx.n_ubatch) * spec.n_embd
+    if compute:
+        buffers = list(_device_compute(spec, settings, ctx, n_kv, placement, hardware, as_dry_run))
     else:
-        compute[host_index] = graph_bytes
+        buffers = [0] * (n_dev + 1)
 
     output = [0] * (n_dev + 1)
     # llama_context::output_reserve: f32 logits for max(n_outputs, n_seq_max) rows, in host
@@ -1074,7 +1181,7 @@ def estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryE
                 weights_bytes=weights[i],
                 kv_bytes=kv[i],
                 recurrent_bytes=rs[i],
-                compute_bytes=compute[i],
+                compute_bytes=buffers[i],
                 output_bytes=output[i],
                 other_bytes=other[i],
                 capacity_bytes=dev_info.free_bytes
@@ -1104,6 +1211,6 @@ def estimate(spec: ModelSpec, settings: Settings, hardware: Hardware) -> MemoryE
         n_gpu_layers=placement.n_gpu_layers,
         kv_rule_known=spec.kv_rule_known,
         kv_status=spec.kv_status,
-        compute_known=spec.arch in COMPUTE_CHECKED_ARCHS,
+        compute_known=compute and spec.arch in COMPUTE_CHECKED_ARCHS,
         notes=tuple(notes),
     )

@@ -50,7 +50,9 @@ def test_f16_8b_on_a_3060_spills_and_longest_context_picks_q8_kv(
     # The 3060 profile gives 11.0 GiB usable; Llama-3.1-8B at F16 is 14.96 GiB of weights,
     # so no context keeps every layer on the GPU. With 64 GiB of RAM the training context
     # (131072) fits with layers spilled, for f16 and q8_0 KV alike; q8_0 KV is half the
-    # size, so it leaves room for more layers on the GPU (13 vs 9) and wins.
+    # size, so it leaves room for more layers on the GPU (12 vs 9) and wins. (12, not 13:
+    # the CUDA compute buffer holds the weights of the CPU layers while their prompt
+    # matmuls are offloaded to it, llama.cpp's op_offload; app/predict/graph/compute.py.)
     assert llama8b.weights_bytes > rtx3060.gpus[0].capacity_bytes  # type: ignore[operator]
     rec = recommend(llama8b, rtx3060, Goal("longest-context"))
     best, runner = rec.best, rec.runner_up
@@ -63,7 +65,7 @@ def test_f16_8b_on_a_3060_spills_and_longest_context_picks_q8_kv(
     assert runner.kv_type == "f16"
     assert best.gpu_layers > runner.gpu_layers
     assert best.speed.decode_tok_per_s > runner.speed.decode_tok_per_s
-    assert "13 of 32 layers" in rec.why
+    assert "12 of 32 layers" in rec.why
     assert "128k tokens" in rec.why
     assert "Runner-up: an f16 KV cache" in rec.why
 

@@ -42,6 +42,7 @@ from app.predict.estimate import estimate
 from app.settings import Settings
 from app.units import MIB
 from runner.benchmark import Benchmark, benchmark
+from tests.llama_tools import RpcServers
 
 pytestmark = pytest.mark.engine
 
@@ -245,3 +246,15 @@ def test_cancel_ends_the_child_within_a_second(smollm_path: Path) -> None:
         run.run()
     assert time.monotonic() - seen["at"] < 1.0
     assert not psutil.pid_exists(int(seen["pid"]))  # gone and reaped: no zombie
+
+
+def test_a_benchmark_runs_over_rpc_devices(rpc_servers: RpcServers, smollm_path: Path) -> None:
+    plan = BenchPlan("quick", n_prompt=64, n_gen=4, depth=0, n_chat_prompt=16, repetitions=1)
+    settings = Settings(n_ctx=512, n_gpu_layers=-1, flash_attn="on", tensor_split=(1, 1))
+    with rpc_servers(2) as servers:
+        result = benchmark(smollm_path, settings, plan, rpc_servers=[s.endpoint for s in servers])
+    assert result.offloaded_layers == (31, 31)
+    assert [d.name for d in result.engine.devices][1:] == ["RPC0", "RPC1"]
+    assert sum(b.buffer.startswith("RPC") for b in result.engine.model_buffers) == 2
+    assert result.speeds
+    assert all(f.tok_per_s.mean > 0 for f in result.speeds)

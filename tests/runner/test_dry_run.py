@@ -23,6 +23,7 @@ import dataclasses
 import json
 import pickle
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -53,6 +54,7 @@ from runner.dry_run import (
     dry_run_many,
 )
 from runner.worker import ChildChannel, EngineWorker, Event, ItemEvent, StepEvent
+from tests.llama_tools import RpcServers
 from tests.runner.conftest import leftover_children
 from tests.zoo import write_model
 
@@ -543,3 +545,39 @@ def test_engine_error_survives_pickling() -> None:
         6,
     )
     assert str(copy) == "llama.cpp aborted (SIGABRT)"
+
+
+# --- RPC devices (issue 14) -----------------------------------------------------------
+
+
+def test_rpc_servers_are_devices_that_take_layers(
+    rpc_servers: RpcServers, gemma_path: Path
+) -> None:
+    settings = Settings(n_ctx=4096, n_gpu_layers=-1, flash_attn="on", tensor_split=(1, 1))
+    with rpc_servers(2) as servers:
+        report = dry_run(gemma_path, settings, rpc_servers=[s.endpoint for s in servers])
+    names = [d.name for d in report.devices]
+    assert names[1:] == ["RPC0", "RPC1"], names
+    endpoints = {d.description for d in report.devices if d.name.startswith("RPC")}
+    assert endpoints == {s.endpoint for s in servers}
+    assert report.offloaded_layers == (19, 19)
+    # one compute buffer per server (named by the server's own device) and the host's
+    rpc = [b for b in report.compute_buffers if b.buffer.startswith("RPC")]
+    assert len(rpc) == 2, report.compute_buffers
+    assert report.compute_bytes_on("CPU") > 0
+
+
+def test_an_rpc_server_that_does_not_answer_is_named(smollm_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    with pytest.raises(EngineLoadError, match=f"RPC server 127.0.0.1:{port} does not answer"):
+        dry_run(smollm_path, Settings(n_gpu_layers=-1), rpc_servers=[f"127.0.0.1:{port}"])
+
+
+@pytest.mark.parametrize("endpoint", ["localhost", "127.0.0.1:", "127.0.0.1:99999", ":80"])
+def test_a_malformed_rpc_endpoint_is_refused_before_any_child(
+    smollm_path: Path, endpoint: str
+) -> None:
+    with pytest.raises(EngineUnsupportedError, match="is not HOST:PORT"):
+        dry_run(smollm_path, Settings(), rpc_servers=[endpoint])

@@ -1,0 +1,121 @@
+"""The compute-buffer model against llama.cpp's own reserve graph, node by node.
+
+llama.cpp sizes its compute buffers by placing one worst-case graph with ggml-alloc
+(``src/llama-context.cpp`` ``graph_reserve``). runner/graph_dump.py reads that graph out
+of the engine; these tests check the two halves of app/predict/graph separately:
+
+* the allocator: replayed on llama.cpp's own graph, app/predict/graph/alloc.py gives
+  llama.cpp's ``CPU compute buffer size`` exactly (as printed, two decimals);
+* the graph: the graph ggtune rebuilds (every layer, no layer cut) has llama.cpp's nodes
+  in llama.cpp's order — the same op, type and shape at every position — and the
+  estimate (layers cut where their blocks repeat) prints the same compute buffer.
+
+Both real models and every model of the zoo, over the settings grid of test_agreement.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.errors import SettingsError
+from app.hardware.devices import Hardware
+from app.model.arch_table import COMPUTE_CHECKED_ARCHS
+from app.model.gguf_reader import read_model
+from app.model.spec import ModelSpec, model_spec
+from app.predict.estimate import _caches, estimate, graph_request, place_layers, resolve_context
+from app.predict.graph import ggml
+from app.predict.graph.alloc import reserve
+from app.predict.graph.compute import build_graph, has_graph
+from app.settings import Settings
+from runner.graph_dump import GraphDump, dump_graphs
+from tests.agreement.test_agreement import MODELS, _model_path, settings_grid
+
+pytestmark = pytest.mark.engine
+
+MIB = 1024 * 1024
+HOST = Hardware.cpu_only()
+
+_DUMPS: dict[str, tuple[ModelSpec, list[tuple[Settings, GraphDump]]]] = {}
+
+
+def _dumps(
+    name: str, smollm_path: Path, gemma_path: Path, zoo_dir: Path
+) -> tuple[ModelSpec, list[tuple[Settings, GraphDump]]]:
+    if name not in _DUMPS:
+        path = _model_path(name, smollm_path, gemma_path, zoo_dir)
+        spec = model_spec(read_model(path))
+        valid = []
+        for s in settings_grid():
+            try:
+                estimate(spec, s, HOST)
+            except SettingsError:
+                continue
+            valid.append(s)
+        _DUMPS[name] = (spec, list(zip(valid, dump_graphs(path, valid), strict=True)))
+    return _DUMPS[name]
+
+
+def to_graph(dump: GraphDump) -> ggml.Graph:
+    """Return llama.cpp's dumped graph as ggtune's tensors (same order, same sources)."""
+    g = ggml.Graph()
+    made: dict[int, ggml.Tensor] = {}
+
+    def make(i: int) -> ggml.Tensor:
+        if i in made:
+            return made[i]
+        r = dump.tensors[i]
+        view = make(r.view_src) if r.view_src is not None else None
+        t = ggml.Tensor(g, r.type, r.ne, r.nb, op=r.op, view_src=view, view_offs=r.view_offs)
+        t.name = r.name
+        t.flags = r.flags
+        t.buf = {"": ggml.BUF_NONE, "weights": ggml.BUF_WEIGHTS}.get(r.memory, ggml.BUF_STATE)
+        made[i] = t
+        t.src = [t if s == i else make(s) for s in r.src]
+        return t
+
+    for i in range(len(dump.tensors)):
+        make(i)
+    g.nodes = [made[i] for i in dump.nodes]
+    g.leafs = [made[i] for i in dump.leafs]
+    return g
+
+
+def _mib(n_bytes: int) -> str:
+    return f"{n_bytes / MIB:.2f}"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_allocator_gives_llama_cpps_buffer_on_llama_cpps_graph(
+    name: str, smollm_path: Path, gemma_path: Path, zoo_dir: Path
+) -> None:
+    _, dumps = _dumps(name, smollm_path, gemma_path, zoo_dir)
+    assert dumps
+    for s, dump in dumps:
+        assert _mib(reserve(to_graph(dump))[0]) == f"{dump.compute_mib['CPU']:.2f}", s
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_rebuilt_graph_is_llama_cpps_node_for_node(
+    name: str, smollm_path: Path, gemma_path: Path, zoo_dir: Path
+) -> None:
+    spec, dumps = _dumps(name, smollm_path, gemma_path, zoo_dir)
+    if not has_graph(spec):
+        # not rebuilt yet: the estimate must not claim its compute figure (test_agreement)
+        assert spec.arch not in COMPUTE_CHECKED_ARCHS
+        pytest.skip(f"no graph builder for {spec.arch} yet")
+    assert spec.arch in COMPUTE_CHECKED_ARCHS
+    for s, dump in dumps:
+        ctx = resolve_context(spec, s)
+        _, _, _, n_kv = _caches(spec, s, ctx)
+        req = graph_request(spec, s, ctx, n_kv, place_layers(spec, s, HOST), HOST)
+        ours = build_graph(spec, req).g.nodes
+        theirs = [dump.tensors[i] for i in dump.nodes]
+        for k, (a, b) in enumerate(zip(ours, theirs, strict=False)):
+            assert (a.op, a.type, a.ne) == (b.op, b.type, b.ne), (
+                f"{s}: node {k} is {a.op} {a.ne} here, llama.cpp has {b.name} {b.op} {b.ne}"
+            )
+        assert len(ours) == len(theirs), s
+        got = estimate(spec, s, HOST).device("CPU").compute_bytes
+        assert _mib(got) == f"{dump.compute_mib['CPU']:.2f}", s
