@@ -265,9 +265,10 @@ class _Fit:
         return self.dry_run(settings)
 
     def estimated(self, settings: Settings) -> FitMeasurement:
-        # fit's dry runs load with no_alloc and load_mode NONE: no mapped file
+        # fit's dry runs load with no_alloc and load_mode NONE: no mapped file, and the
+        # compute buffers as the dry run sizes them (without the scheduler's pins)
         dry = settings.replace(use_mmap=False)
-        est = estimate(self.spec, dry, self.hardware)
+        est = estimate(self.spec, dry, self.hardware, as_dry_run=True)
         # common_get_device_memory_data counts host buffers and the model devices' ones:
         # not the output buffer (not in the memory breakdown) and not CPU_REPACK (neither a
         # host buffer nor one of a model device), so repacked weights are missed

@@ -170,6 +170,24 @@ class _Search:
         extra = self.draft_estimate(settings)
         return None if extra is None else _with_draft_memory(est, extra)
 
+    def fits_at(self, spec: ModelSpec, settings: Settings, *, gpus_only: bool = False) -> bool:
+        """Return whether ``settings`` fits, reserving the compute graph only when the rest
+        does: without its compute buffers every device's total is a lower bound, so a
+        setting whose weights and caches alone do not fit is ruled out cheaply."""
+        try:
+            lower = estimate(spec, settings, self.hardware, compute=False)
+        except SettingsError:
+            return False
+        if self.draft is not None:
+            extra = self.draft_estimate(settings)
+            if extra is None:
+                return False
+            lower = _with_draft_memory(lower, extra)
+        if not self.fits(lower, gpus_only=gpus_only):
+            return False
+        e = self.estimate(spec, settings)
+        return e is not None and self.fits(e, gpus_only=gpus_only)
+
     def fits(self, est: MemoryEstimate, *, gpus_only: bool = False) -> bool:
         for d in est.devices:
             if gpus_only and d.kind == "host":
@@ -196,8 +214,7 @@ class _Search:
         lo, hi = 0, spec.n_layer_all  # ngl in [0, n_layer_all]; +1 (all) failed above
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            e = self.estimate(spec, settings.replace(n_gpu_layers=mid, n_cpu_moe=0))
-            if e is not None and self.fits(e, gpus_only=True):
+            if self.fits_at(spec, settings.replace(n_gpu_layers=mid, n_cpu_moe=0), gpus_only=True):
                 lo = mid
             else:
                 hi = mid - 1
@@ -214,8 +231,7 @@ class _Search:
             found = None
             while lo2 <= hi2:
                 mid = (lo2 + hi2) // 2
-                e = self.estimate(spec, full.replace(n_cpu_moe=mid))
-                if e is not None and self.fits(e, gpus_only=True):
+                if self.fits_at(spec, full.replace(n_cpu_moe=mid), gpus_only=True):
                     found, hi2 = mid, mid - 1
                 else:
                     lo2 = mid + 1
