@@ -141,7 +141,10 @@ def test_ollama_retries_a_load_that_runs_out_of_memory_at_a_lower_context() -> N
     plan = plan_runner(spec, "ollama", Hardware.with_gpus([12 * GIB] * 4, ram_bytes=16 * GIB))
     assert plan.settings.n_ctx == 32768
     assert any("retries once at 32768" in n for n in plan.notes)
-    assert plan.summary.startswith("Ollama would put 70 of 80 layers + output on 4 GPUs")
+    # 69, not 70: with 11 layers on the host, CUDA takes their matmuls of a 512-token batch
+    # (op_offload) and copies the weights into CUDA0's compute buffer (412 vs 232 MiB);
+    # on four RPC devices of the same size llama-fit-params and the estimate both say 70
+    assert plan.summary.startswith("Ollama would put 69 of 80 layers + output on 4 GPUs")
     roomy = plan_runner(spec, "ollama", Hardware.with_gpus([12 * GIB] * 4, ram_bytes=64 * GIB))
     assert roomy.settings.n_ctx == 131072
 
