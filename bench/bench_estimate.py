@@ -68,8 +68,7 @@ def cold(spec: ModelSpec, settings: Settings, hw: Hardware, n: int) -> list[floa
     for k in range(n):
         s = dataclasses.replace(settings, n_ctx=settings.n_ctx + 256 * (k % 64))
         estimate_module._COMPUTE_MEMO.clear()
-        compute._LINES.clear()
-        compute._PLANNED.clear()
+        compute.clear_caches()
         t0 = time.perf_counter_ns()
         estimate(spec, s, hw)
         out.append((time.perf_counter_ns() - t0) / 1000)
@@ -80,8 +79,7 @@ def slider(spec: ModelSpec, settings: Settings, hw: Hardware, n: int) -> list[fl
     """Return per-call times (µs) over 64 contexts in turn, caches kept (a context slider
     dragged back and forth: after a few ticks its lines answer)."""
     estimate_module._COMPUTE_MEMO.clear()
-    compute._LINES.clear()
-    compute._PLANNED.clear()
+    compute.clear_caches()
     out = []
     for k in range(n):
         s = dataclasses.replace(settings, n_ctx=settings.n_ctx + 256 * (k * 37 % 64))

@@ -191,6 +191,7 @@ def llama_fit(
     split_mode: Literal["layer", "row", "none", "tensor"] = "layer",
     extra: Callable[[Settings], MemoryEstimate] | None = None,
     measure: Callable[[Settings], FitMeasurement] | None = None,
+    quick: bool = False,
 ) -> FitResult:
     """Return what llama.cpp's ``--fit`` makes of ``settings`` on ``hardware``.
 
@@ -203,11 +204,49 @@ def llama_fit(
     measurement (``common_fit_extra_model``). The host is taken to have unlimited memory
     when there are GPUs (``fit.h``). ``measure`` replaces the estimate as the dry run
     (the tests drive the same steps with the engine's own figures).
+
+    ``quick`` (a slider tick: the reserve graph costs 10–70 ms per candidate for a large
+    model partially offloaded, and fit tries five to ten): the steps first measure with
+    the stage model's compute buffers; the settings they end with are reserved on the
+    graph, and the steps run again with those buffers on each device, until they end
+    where they were calibrated (twice at most; then fit runs on the graph throughout).
+    One or two graphs per call. The decision can still differ from llama.cpp's where the
+    buffers change with the layers (160 catalog cases, 4 models × 5 GPU sets × 4 contexts
+    × llama-server/Ollama: 158 decide as the graph throughout, 2 split 12 + 8 GiB GPUs one
+    layer apart; 13 differed without the calibration); the memory reported is the graph's.
     """
-    fit = _Fit(spec, settings, hardware, pinned, margins_mib, n_ctx_min, split_mode, extra)
+    args = (spec, settings, hardware, pinned, margins_mib, n_ctx_min, split_mode, extra)
+    fit = _Fit(*args)
     if measure is not None:
         fit.dry_run = measure
-    return fit.run()
+        return fit.run()
+    if not quick:
+        return fit.run()
+    calibration: tuple[int, ...] = ()
+    calibrated_at: Settings | None = None
+    for _ in range(3):
+        fit = _Fit(*args)
+        fit.quick, fit.calibration = True, calibration
+        result = fit.run()
+        if result.status == "error" or not result.device_names:
+            return result
+        dry = result.settings.replace(use_mmap=False)
+        est = estimate(spec, dry, hardware, as_dry_run=True)
+        exact = fit.estimated(result.settings, quick=False)
+        breaks = any(
+            used > free - margin
+            for used, free, margin in zip(
+                exact.device_total, result.free_bytes, result.margin_bytes, strict=False
+            )
+        )
+        settled = calibrated_at is not None and dry == calibrated_at
+        if (settled or result.status == "failed") and not breaks:
+            return dataclasses.replace(result, device_bytes=exact.device_total)
+        # search again with the graph's buffers of the settings it ended with on each
+        # device (they change little with the layers): settled when it ends there again
+        calibration = tuple(d.compute_bytes for d in est.devices)
+        calibrated_at = dry
+    return _Fit(*args).run()
 
 
 class _Fit:
@@ -257,6 +296,10 @@ class _Fit:
         self.final: Settings = self.base
         self.last_mem: list[int] = []
         self.dry_run: Callable[[Settings], FitMeasurement] = self.estimated
+        self.quick = False
+        self.calibration: tuple[int, ...] = ()
+        """Quick steps: each device's compute buffer (bytes, devices then host) instead of
+        the stage model's."""
 
     # --- measuring (common_get_device_memory_data) -----------------------------------
 
@@ -264,15 +307,20 @@ class _Fit:
         self.n_measurements += 1
         return self.dry_run(settings)
 
-    def estimated(self, settings: Settings) -> FitMeasurement:
+    def estimated(self, settings: Settings, quick: bool | None = None) -> FitMeasurement:
         # fit's dry runs load with no_alloc and load_mode NONE: no mapped file, and the
         # compute buffers as the dry run sizes them (without the scheduler's pins)
         dry = settings.replace(use_mmap=False)
-        est = estimate(self.spec, dry, self.hardware, as_dry_run=True)
+        quick = self.quick if quick is None else quick
+        est = estimate(self.spec, dry, self.hardware, as_dry_run=True, quick_compute=quick)
         # common_get_device_memory_data counts host buffers and the model devices' ones:
         # not the output buffer (not in the memory breakdown) and not CPU_REPACK (neither a
         # host buffer nor one of a model device), so repacked weights are missed
         totals = [_fit_total(d) for d in est.devices]
+        if quick and self.calibration:
+            for i, d in enumerate(est.devices):
+                if i < len(self.calibration):
+                    totals[i] += self.calibration[i] - d.compute_bytes
         models = [d.weights_bytes for d in est.devices]
         if self.extra is not None:
             x = self.extra(dry)

@@ -159,10 +159,14 @@ class _Search:
                 self._draft_memo[ds] = None
         return self._draft_memo[ds]
 
-    def estimate(self, spec: ModelSpec, settings: Settings) -> MemoryEstimate | None:
+    def estimate(
+        self, spec: ModelSpec, settings: Settings, quick: bool = False
+    ) -> MemoryEstimate | None:
+        """Return the estimate with the draft model's memory (None: llama.cpp refuses the
+        settings); ``quick``: with the stage model's compute buffers (a search's guess)."""
         try:
             self.count += 1
-            est = estimate(spec, settings, self.hardware)
+            est = estimate(spec, settings, self.hardware, quick_compute=quick)
         except SettingsError:
             return None  # llama.cpp refuses the combination (cache type rules)
         if self.draft is None:
@@ -170,10 +174,14 @@ class _Search:
         extra = self.draft_estimate(settings)
         return None if extra is None else _with_draft_memory(est, extra)
 
-    def fits_at(self, spec: ModelSpec, settings: Settings, *, gpus_only: bool = False) -> bool:
+    def fits_at(
+        self, spec: ModelSpec, settings: Settings, *, gpus_only: bool = False, quick: bool = False
+    ) -> bool:
         """Return whether ``settings`` fits, reserving the compute graph only when the rest
         does: without its compute buffers every device's total is a lower bound, so a
-        setting whose weights and caches alone do not fit is ruled out cheaply."""
+        setting whose weights and caches alone do not fit is ruled out cheaply.
+        ``quick``: with the stage model's compute buffers (a guess to start from, see
+        :func:`_last_true`)."""
         try:
             lower = estimate(spec, settings, self.hardware, compute=False)
         except SettingsError:
@@ -185,7 +193,7 @@ class _Search:
             lower = _with_draft_memory(lower, extra)
         if not self.fits(lower, gpus_only=gpus_only):
             return False
-        e = self.estimate(spec, settings)
+        e = self.estimate(spec, settings, quick)
         return e is not None and self.fits(e, gpus_only=gpus_only)
 
     def fits(self, est: MemoryEstimate, *, gpus_only: bool = False) -> bool:
@@ -199,28 +207,29 @@ class _Search:
     def gpu_layers(self, est: MemoryEstimate) -> int:
         return sum(d.n_layers for d in est.devices if d.kind == "gpu")
 
-    def place(self, spec: ModelSpec, settings: Settings) -> Settings | None:
+    def place(self, spec: ModelSpec, settings: Settings, quick: bool = False) -> Settings | None:
         """Return ``settings`` with the most GPU layers that fit (or MoE experts on the
-        CPU, whichever is faster), or None when nothing fits."""
+        CPU, whichever is faster), or None when nothing fits. ``quick``: every figure with
+        the stage model's compute buffers (a guess for :func:`_last_true`)."""
         full = settings.replace(n_gpu_layers=ALL_LAYERS, n_cpu_moe=0)
-        est = self.estimate(spec, full)
+        est = self.estimate(spec, full, quick)
         if est is None:
             return None
         if self.fits(est):
             return full
         if not self.hardware.gpus:
             return None
+
         # the most layers whose GPU share fits (GPU memory grows with n_gpu_layers)
-        lo, hi = 0, spec.n_layer_all  # ngl in [0, n_layer_all]; +1 (all) failed above
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.fits_at(spec, settings.replace(n_gpu_layers=mid, n_cpu_moe=0), gpus_only=True):
-                lo = mid
-            else:
-                hi = mid - 1
+        def layers_fit(n: int, guess: bool) -> bool:
+            s = settings.replace(n_gpu_layers=n, n_cpu_moe=0)
+            return self.fits_at(spec, s, gpus_only=True, quick=quick or guess)
+
+        # ngl in [0, n_layer_all]; +1 (all) failed above
+        lo = _last_true(layers_fit, 0, spec.n_layer_all, quick)
         options: list[Settings] = []
         layered = settings.replace(n_gpu_layers=lo, n_cpu_moe=0)
-        e = self.estimate(spec, layered)
+        e = self.estimate(spec, layered, quick)
         if e is not None and self.fits(e):
             options.append(layered)
         if spec.n_expert and self.machines is None:
@@ -231,13 +240,13 @@ class _Search:
             found = None
             while lo2 <= hi2:
                 mid = (lo2 + hi2) // 2
-                if self.fits_at(spec, full.replace(n_cpu_moe=mid), gpus_only=True):
+                if self.fits_at(spec, full.replace(n_cpu_moe=mid), gpus_only=True, quick=quick):
                     found, hi2 = mid, mid - 1
                 else:
                     lo2 = mid + 1
             if found is not None:
                 moe = full.replace(n_cpu_moe=found)
-                e = self.estimate(spec, moe)
+                e = self.estimate(spec, moe, quick)
                 if e is not None and self.fits(e):
                     options.append(moe)
         if not options:
@@ -778,6 +787,49 @@ def server_argv(
     return tuple(argv)
 
 
+def _last_true(fits: Callable[[int, bool], bool], lo: int, hi: int, quick: bool = False) -> int:
+    """Return the largest n in [lo, hi] with ``fits(n, False)`` (lo when none: lo is not
+    tested), for a predicate true up to some n and false above (``quick``: the guess).
+
+    A binary search with ``fits(n, True)`` (the stage model's compute buffers: no graph
+    reserved) gives a guess; the answer is then found from it with the exact predicate,
+    one step, then doubling steps, then bisecting: one to three reserved graphs where a
+    plain bisection reserves log2(hi - lo), the same answer.
+    """
+    a, b = lo, hi
+    while a < b:
+        mid = (a + b + 1) // 2
+        if fits(mid, True):
+            a = mid
+        else:
+            b = mid - 1
+    guess = a
+    if quick:
+        return guess
+    if guess > lo and not fits(guess, False):
+        good, bad, step = lo, guess, 1  # fits(bad) is false; walk down
+        while bad - step > lo:
+            if fits(bad - step, False):
+                good = bad - step
+                break
+            bad, step = bad - step, step * 2
+    else:
+        good, step = guess, 1  # fits(good) holds (or good is lo); walk up
+        bad = hi + 1
+        while good + step <= hi:
+            if not fits(good + step, False):
+                bad = good + step
+                break
+            good, step = good + step, step * 2
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if fits(mid, False):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
 def _longest(
     search: _Search, option: QuantOption, base: Settings, goal: Goal, train: int
 ) -> Candidate | None:
@@ -793,29 +845,27 @@ def _longest(
     if steps_lo > steps_hi:
         return None
 
-    def full_fits(ctx: int) -> bool:
-        e = search.estimate(spec, _with_ctx(base, ctx, 1).replace(n_gpu_layers=ALL_LAYERS))
+    def full_fits(ctx: int, quick: bool = False) -> bool:
+        s = _with_ctx(base, ctx, 1).replace(n_gpu_layers=ALL_LAYERS)
+        e = search.estimate(spec, s, quick)
         return e is not None and search.fits(e)
 
-    def placed(ctx: int) -> Settings | None:
-        return search.place(spec, _with_ctx(base, ctx, 1))
+    def placed(ctx: int, quick: bool = False) -> Settings | None:
+        return search.place(spec, _with_ctx(base, ctx, 1), quick)
 
-    test: Callable[[int], bool] = full_fits
+    def full_test(step: int, quick: bool) -> bool:
+        return full_fits(step * CTX_STEP, quick)
+
+    test = full_test
     if not full_fits(steps_lo * CTX_STEP):
         if not search.hardware.gpus or placed(steps_lo * CTX_STEP) is None:
             return None
 
-        def spill_fits(ctx: int) -> bool:
-            return placed(ctx) is not None
+        def spill_test(step: int, quick: bool) -> bool:
+            return placed(step * CTX_STEP, quick) is not None
 
-        test = spill_fits
-    lo, hi = steps_lo, steps_hi
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if test(mid * CTX_STEP):
-            lo = mid
-        else:
-            hi = mid - 1
+        test = spill_test
+    lo = _last_true(test, steps_lo, steps_hi)
     ctx = lo * CTX_STEP
     settings = placed(ctx)
     if settings is None:

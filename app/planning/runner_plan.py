@@ -99,7 +99,10 @@ class RunnerOptions:
     value or one per GPU); ``fit_ctx``: ``--fit-ctx``; ``cache_ram_mib``: ``--cache-ram``
     (-1 no limit, 0 off); ``ctx_checkpoints``: ``--ctx-checkpoints``; ``mmproj_offload``:
     ``--no-mmproj-offload`` when False; ``ollama_context_length``: OLLAMA_CONTEXT_LENGTH;
-    ``ollama_gpu_overhead_bytes``: OLLAMA_GPU_OVERHEAD.
+    ``ollama_gpu_overhead_bytes``: OLLAMA_GPU_OVERHEAD. ``live``: a slider tick (the
+    desktop): the runner's fit searches on the stage model's compute buffers and only its
+    result is measured on the reserve graph (``llama_fit(quick=True)``); the plan's
+    estimate is the reserve graph's either way.
     """
 
     fit: bool = True
@@ -110,6 +113,7 @@ class RunnerOptions:
     mmproj_offload: bool | None = None
     ollama_context_length: int = 0
     ollama_gpu_overhead_bytes: int = 0
+    live: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,6 +418,7 @@ def _run_fit(
         margins_mib=margins,
         n_ctx_min=options.fit_ctx,
         extra=_draft_measure(draft, hardware),
+        quick=options.live,
     )
     return fit, fit.settings.replace(use_mmap=requested.use_mmap)
 

@@ -747,7 +747,11 @@ def _graph_shapes(spec: ModelSpec) -> _GraphShapes:
     ffn_up: dict[int, int] = {}
     ffn_gate: dict[int, int] = {}
     for t in spec.tensors:
-        if t.layer is None or len(t.shape) < 2 or not t.name.endswith(".weight"):
+        # a layer's tensor outside blk.N (gemma4's per_layer_model_proj, block 0's) is none
+        # of the projections read here
+        if t.layer is None or len(t.shape) < 2 or not t.name.startswith("blk."):
+            continue
+        if not t.name.endswith(".weight"):
             continue
         kind = t.name.split(".")[2]
         out = t.shape[1]
@@ -1078,6 +1082,7 @@ def estimate(
     *,
     compute: bool = True,
     as_dry_run: bool = False,
+    quick_compute: bool = False,
 ) -> MemoryEstimate:
     """Return where every byte goes for ``spec`` run with ``settings`` on ``hardware``.
 
@@ -1089,6 +1094,11 @@ def estimate(
     (``ggml_backend_sched_reserve_size``) resets the scheduler and forgets the pins of
     ``graph_get_cb`` (norms on their layer's device, the attention output on the CPU
     without KV offload); llama-fit-params and ``--fit`` decide with those figures.
+    ``quick_compute``: the compute buffers from the stage model (microseconds; the same
+    figure on every used GPU, ``compute_known`` False) instead of the reserve graph (a
+    graph built, scheduled and reserved: 10–70 ms for a partial offload of a 70B model on
+    a 2-core machine): for a search over many candidates whose result is then estimated
+    in full (the runner's fit on a slider tick, see ``RunnerOptions.live``).
 
     >>> est = estimate(spec, Settings(n_ctx=8192), Hardware.cpu_only())  # doctest: +SKIP
     >>> est.device("CPU").kv_bytes                                       # doctest: +SKIP
@@ -1159,7 +1169,9 @@ def estimate(
             dev = placement.layer_device[il] if settings.offload_kqv else -1
             rs[index(dev)] += b
 
-    if compute:
+    if compute and quick_compute:
+        buffers = list(_stage_model_devices(spec, settings, ctx, n_kv, placement, n_dev))
+    elif compute:
         buffers = list(_device_compute(spec, settings, ctx, n_kv, placement, hardware, as_dry_run))
     else:
         buffers = [0] * (n_dev + 1)
@@ -1211,6 +1223,6 @@ def estimate(
         n_gpu_layers=placement.n_gpu_layers,
         kv_rule_known=spec.kv_rule_known,
         kv_status=spec.kv_status,
-        compute_known=compute and spec.arch in COMPUTE_CHECKED_ARCHS,
+        compute_known=compute and not quick_compute and spec.arch in COMPUTE_CHECKED_ARCHS,
         notes=tuple(notes),
     )

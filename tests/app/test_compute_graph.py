@@ -183,8 +183,7 @@ def test_buffers_read_off_a_line_are_the_reserved_ones(
     for base in LINE_SETTINGS:
         if base.tensor_split and len(hardware.gpus) < 2:
             continue
-        compute._LINES.clear()
-        compute._PLANNED.clear()
+        compute.clear_caches()
         for n_ctx in (65536, 98304, 81920, 73728, 77824, 16384, 40960, 28672, 262144, 4096):
             s = dataclasses.replace(base, n_ctx=n_ctx)
             try:

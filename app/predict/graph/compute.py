@@ -230,6 +230,10 @@ def compute_buffers(spec: ModelSpec, req: GraphRequest) -> tuple[int, ...] | Non
     """
     if spec.arch not in BUILDERS:
         return None
+    if req.pins and not _pins_matter(req):
+        # the reservation reads the pins only then: a real load and fit's dry run of a
+        # partial offload share their reservations and lines
+        req = dataclasses.replace(req, pins=False)
     key, n = _line_of(spec, req)
     if key is None:
         return _exact(spec, req, False)[0]
@@ -249,12 +253,15 @@ def compute_buffers(spec: ModelSpec, req: GraphRequest) -> tuple[int, ...] | Non
         sizes = line.between(below, above, n)
         if sizes is not None:
             return sizes
+        line.misses += 1
     # the first two looks at a line are plain reservations (most lines get no more); from
     # the third on they record their path, and the line's far end in the direction the
-    # requests move is reserved too, so that the next ones fall between
+    # requests move is reserved too, so that the next ones fall between. A line whose
+    # reservations took different paths twice (the allocator's choices change with the
+    # cache size: a partial offload's) is left to plain reservations.
     up = n > line.last
     line.last = n
-    traced = len(pts) >= 2
+    traced = len(pts) >= 2 and line.misses < _MISSES_PER_LINE and not _partial(req)
     sizes, point = _exact(spec, req, traced)
     line.add(point if point is not None else _Point(sizes=sizes), n)
     if traced and len(pts) < _POINTS_PER_LINE:
@@ -271,6 +278,25 @@ def compute_buffers(spec: ModelSpec, req: GraphRequest) -> tuple[int, ...] | Non
     return sizes
 
 
+def _partial(req: GraphRequest) -> bool:
+    """Return whether some layers run on a GPU and some on the host: the allocator's
+    choices then change with nearly every cache size (host weights copied for the GPU's
+    matmuls sit between the activations), so lines are not traced (measured on Llama 3.1
+    70B: no two of nine traced points took the same path)."""
+    dev = req.layer_device
+    return bool(req.gpu_names) and any(d < 0 for d in dev) and any(d >= 0 for d in dev)
+
+
+def _pins_matter(req: GraphRequest) -> bool:
+    """Return whether the scheduler's pins can change the reservation (see :func:`_reserve`:
+    the KQV results kept on the host, and ``graph_get_cb``'s with a full offload or a small
+    batch; none without a GPU)."""
+    full_offload = req.n_gpu_layers > len(req.layer_device)
+    return bool(req.gpu_names) and (
+        not req.offload_kqv or full_offload or req.n_tokens < OFFLOAD_MIN_BATCH
+    )
+
+
 _CELL: Final = 256
 """Caches grow in steps of 256 cells (``llama_kv_cache`` pads its size)."""
 
@@ -280,6 +306,7 @@ CUDA's row padding divide it), so that rounding never bends a line."""
 
 _LINES_SIZE: Final = 256
 _POINTS_PER_LINE: Final = 10
+_MISSES_PER_LINE: Final = 2
 
 
 @dataclasses.dataclass(slots=True)
@@ -307,11 +334,12 @@ class _Point:
 class _Line:
     """The exact reservations of one request at several main-cache sizes."""
 
-    __slots__ = ("last", "linear", "points")
+    __slots__ = ("last", "linear", "misses", "points")
 
     def __init__(self) -> None:
         self.points: list[_Point] = []
         self.last = 0
+        self.misses = 0
         self.linear: dict[tuple[int, int], bool] = {}
 
     def add(self, point: _Point, n: int) -> None:
@@ -462,7 +490,14 @@ def _exact(
             typed[il] if il in host else signatures[il] for il in range(len(signatures))
         )
     places = layer_places(spec, req)
+    # runs whose check failed before start with the block length that passed then (more
+    # layers built: still exact, the checks decide; saves the failed reservation)
+    learn = (_fingerprint(spec, False), req.n_tokens, req.n_seqs, req.flash_attn)
     widen: dict[int, int] = {}
+    for il in range(len(signatures)):
+        w = _WIDEN.get((learn, signatures[il], places[il]))
+        if w is not None:
+            widen[il] = w
     while True:
         plan = plan_layers(signatures, places, widen)
         # the planned graph decides the buffers: requests that plan the same layers (the
@@ -490,12 +525,16 @@ def _exact(
                 )
             return sizes, point
         for run in failed:
+            first = run if run >= 0 else -1 - run
             if run < 0:  # no output mark to check against: build the whole run
-                widen[-1 - run] = spec.n_layer
+                widen[first] = spec.n_layer
             else:
                 # the allocator may cycle (two layouts taking turns): compare states a
                 # longer block apart
-                widen[run] = 2 * widen.get(run, 1)
+                widen[first] = 2 * widen.get(first, 1)
+            if len(_WIDEN) >= _WIDEN_SIZE:
+                _WIDEN.pop(next(iter(_WIDEN)))
+            _WIDEN[(learn, signatures[first], places[first])] = widen[first]
 
 
 def _plan_key(
@@ -570,6 +609,10 @@ _FINGERPRINTS: dict[tuple[int, bool], tuple[ModelSpec, int]] = {}
 
 _PLANNED: dict[Hashable, tuple[None, tuple[int, ...] | None, list[int], _Point | None]] = {}
 _PLANNED_SIZE: Final = 256
+
+_WIDEN: dict[Hashable, int] = {}
+"""(model, batch, run's first layer signature and place): the block length that passed."""
+_WIDEN_SIZE: Final = 1024
 
 
 KEEP_BLOCKS: Final = 4
@@ -791,9 +834,25 @@ def _reserve(
     return sizes, [], point
 
 
+def clear_caches() -> None:
+    """Forget every reservation, line and learned block length (benchmarks of a cold
+    estimate, tests that count reservations)."""
+    _LINES.clear()
+    _PLANNED.clear()
+    _WIDEN.clear()
+
+
 def caches_of(n_kv: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
     """Return the cache sizes as a hashable tuple (base cache first)."""
     return tuple(sorted(n_kv.items(), key=lambda kv: kv[0] != "kv"))
 
 
-__all__ = ["GraphRequest", "build_graph", "caches_of", "compute_buffers", "ggml", "has_graph"]
+__all__ = [
+    "GraphRequest",
+    "build_graph",
+    "caches_of",
+    "clear_caches",
+    "compute_buffers",
+    "ggml",
+    "has_graph",
+]

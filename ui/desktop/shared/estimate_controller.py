@@ -191,7 +191,8 @@ class EstimateController(QObject):
         self._pending: set[str] = set()
         self._margin_bytes = DEFAULT_MARGIN_BYTES
         self._pinned: frozenset[str] = frozenset()
-        self._options = RunnerOptions()
+        # live: the fit's search off the reserve graph (one graph per tick, not ten)
+        self._options = RunnerOptions(live=True)
         self._projectors: dict[str, Projector | None] = {}
         self._state = self._compute()
 
