@@ -116,12 +116,9 @@ def say(text: str) -> None:
 
 def _sdist_tarball() -> Path:
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ggtune" / "sdist"
-    for candidate in (
-        cache / f"{SDIST_NAME}.tar.gz",
-        Path("/work/notes/sdist") / f"{SDIST_NAME}.tar.gz",
-    ):
-        if candidate.is_file():
-            return candidate
+    candidate = cache / f"{SDIST_NAME}.tar.gz"
+    if candidate.is_file():
+        return candidate
     target = cache
     target.mkdir(parents=True, exist_ok=True)
     subprocess.run(
