@@ -150,11 +150,17 @@ def test_an_ollama_tag_cannot_drive_the_terminal(
 # --------------------------------------------------------------------------- finding 11
 
 
-def test_a_reader_that_goes_away_ends_quietly(smollm_path: Path) -> None:
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "PYTHONUNBUFFERED"])
+def test_a_reader_that_goes_away_ends_quietly(smollm_path: Path, unbuffered: bool) -> None:
     import os
     import subprocess
     import sys
 
+    # Buffered (a clean machine's default), the short output reaches the pipe only at the
+    # last flush; PYTHONUNBUFFERED=1 (set on some dev machines) writes it at once.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
     read_end, write_end = os.pipe()
     os.close(read_end)  # `| head` that has already gone
     try:
@@ -171,6 +177,7 @@ def test_a_reader_that_goes_away_ends_quietly(smollm_path: Path) -> None:
             text=True,
             timeout=120,
             cwd=Path(__file__).resolve().parents[2],
+            env=env,
         )
     finally:
         os.close(write_end)

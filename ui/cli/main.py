@@ -76,16 +76,19 @@ def run(argv: Sequence[str] | None = None) -> int:
     out, err_stream = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = TerminalSafe(out), TerminalSafe(err_stream)
     try:
-        return _run(argv)
+        code = _run(argv)
+        # Into a pipe stdout is block-buffered (unless PYTHONUNBUFFERED): a short output is
+        # written only here, so a reader that went away shows here, and is 141 too.
+        try:
+            sys.stdout.flush()
+        except ValueError:  # stdout was closed: nothing more to write
+            _silence(out)
     except BrokenPipeError:
         _silence(out)
         return EXIT_BROKEN_PIPE
     finally:
-        try:
-            sys.stdout.flush()
-        except (BrokenPipeError, ValueError):
-            _silence(out)
         sys.stdout, sys.stderr = out, err_stream
+    return code
 
 
 def _run(argv: Sequence[str] | None) -> int:
