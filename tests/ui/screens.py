@@ -72,6 +72,7 @@ SHOTS: list[tuple[str, str | None, str | None, str | None, float | None, str, li
     ("gemma-compare-1920x1080", "gemma", GEMMA, "1920x1080", None, "compare", WAIT),
     ("gemma-compare-scale1.5", "gemma", GEMMA, None, 1.5, "compare", WAIT),
     ("qwen-export-1280x800", "qwen", QWEN, "1280x800", None, "export", []),
+    ("gemma-explain-1280x800", "gemma", GEMMA, "1280x800", None, "explain", []),
 ]
 
 
