@@ -21,6 +21,7 @@ from app.hardware.devices import Device, DeviceKind, Hardware
 from app.model.arch_table import COMPUTE_CHECKED_ARCHS
 from app.model.ggml import GGML_QUANT_SIZES, GGMLQuantizationType
 from app.model.spec import KvStatus, ModelSpec, TensorRole, TensorSpec
+from app.predict.graph.compute import LOCK as GRAPH_LOCK
 from app.predict.graph.compute import GraphRequest, caches_of, compute_buffers
 from app.settings import CacheType, Settings
 
@@ -1039,16 +1040,17 @@ def _device_compute(
     """
     req = graph_request(spec, settings, ctx, n_kv, placement, hardware, as_dry_run=as_dry_run)
     key = (id(spec), req)
-    hit = _COMPUTE_MEMO.get(key)
-    if hit is not None and hit[0] is spec:
-        return hit[1]
-    sizes = compute_buffers(spec, req)
-    if sizes is None:
-        sizes = _stage_model_devices(spec, settings, ctx, n_kv, placement, len(hardware.gpus))
-    if len(_COMPUTE_MEMO) >= _COMPUTE_MEMO_SIZE:
-        _COMPUTE_MEMO.pop(next(iter(_COMPUTE_MEMO)))
-    _COMPUTE_MEMO[key] = (spec, sizes)
-    return sizes
+    with GRAPH_LOCK:  # the GUI thread and the job pool estimate at once
+        hit = _COMPUTE_MEMO.get(key)
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        sizes = compute_buffers(spec, req)
+        if sizes is None:
+            sizes = _stage_model_devices(spec, settings, ctx, n_kv, placement, len(hardware.gpus))
+        if len(_COMPUTE_MEMO) >= _COMPUTE_MEMO_SIZE:
+            _COMPUTE_MEMO.pop(next(iter(_COMPUTE_MEMO)))
+        _COMPUTE_MEMO[key] = (spec, sizes)
+        return sizes
 
 
 def _stage_model_devices(

@@ -9,6 +9,8 @@ start from a guess and must return exactly what a bisection on the graph returns
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from app.hardware.devices import Hardware
@@ -110,3 +112,38 @@ def test_the_quick_compute_runs_for_every_zoo_and_catalog_model(
             assert not quick.compute_known, spec.arch
             assert all(d.compute_bytes >= 0 for d in quick.devices)
             assert sum(d.compute_bytes for d in quick.devices) > 0, spec.arch
+
+
+def test_estimates_on_several_threads_are_the_serial_ones() -> None:
+    # the desktop estimates on the GUI thread and on its job pool at once (Compare): the
+    # compute model's caches (lines, planned reservations, the memo) are shared by both
+    spec = catalog_spec("llama-3.1-8b")
+    hw = Hardware.with_gpus([24 * GIB], ram_bytes=64 * GIB)
+    contexts = [4096 + 2048 * k for k in range(16)]
+    layers = (ALL_LAYERS, 20)
+
+    def run(order: list[tuple[int, int]]) -> dict[tuple[int, int], tuple[int, ...]]:
+        out = {}
+        for n_ctx, ngl in order:
+            est = estimate(spec, Settings(n_ctx=n_ctx, n_gpu_layers=ngl), hw)
+            out[(n_ctx, ngl)] = tuple(d.compute_bytes for d in est.devices)
+        return out
+
+    cases = [(c, n) for c in contexts for n in layers]
+    serial = {}
+    for case in cases:
+        compute.clear_caches()
+        estimate_module._COMPUTE_MEMO.clear()
+        serial.update(run([case]))
+    compute.clear_caches()
+    estimate_module._COMPUTE_MEMO.clear()
+    results: list[dict[tuple[int, int], tuple[int, ...]]] = []
+    orders = [cases, cases[::-1], cases[1::2] + cases[::2], cases[::3] + cases[1::3] + cases[2::3]]
+    threads = [threading.Thread(target=lambda o=o: results.append(run(o))) for o in orders]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == len(orders)
+    for got in results:
+        assert got == serial

@@ -20,6 +20,7 @@ from __future__ import annotations
 import array
 import bisect
 import dataclasses
+import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -214,7 +215,22 @@ def _offload(n_gpu: int, traits: tuple[BackendTraits, ...]) -> object:
     return offload
 
 
+LOCK: Final = threading.RLock()
+"""Held while the caches below are read or changed: the desktop estimates on the GUI
+thread and on its job pool at once (the Compare tab), and a line's points or the
+planned reservations changed under a reader gave it another request's buffers."""
+
+
 def compute_buffers(spec: ModelSpec, req: GraphRequest) -> tuple[int, ...] | None:
+    """Return llama.cpp's compute buffer per device (GPUs, then the host), or None.
+
+    Thread-safe (:data:`LOCK`); see :func:`_compute_buffers`.
+    """
+    with LOCK:
+        return _compute_buffers(spec, req)
+
+
+def _compute_buffers(spec: ModelSpec, req: GraphRequest) -> tuple[int, ...] | None:
     """Return llama.cpp's compute buffer per device (GPUs, then the host), or None.
 
     Mirrors ``llama_context::sched_reserve`` (``src/llama-context.cpp``): the scheduler gets
@@ -837,9 +853,10 @@ def _reserve(
 def clear_caches() -> None:
     """Forget every reservation, line and learned block length (benchmarks of a cold
     estimate, tests that count reservations)."""
-    _LINES.clear()
-    _PLANNED.clear()
-    _WIDEN.clear()
+    with LOCK:
+        _LINES.clear()
+        _PLANNED.clear()
+        _WIDEN.clear()
 
 
 def caches_of(n_kv: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
