@@ -159,8 +159,10 @@ def test_save_writes_atomically_and_asks_before_overwriting(
         writes.append(dict(kwargs))
         return real_write(path, text, **kwargs)
 
+    suggestions: list[str] = []
+
     def ask(_parent: QWidget, suggested: str) -> str:
-        assert suggested == "Modelfile"
+        suggestions.append(suggested)
         return str(target)
 
     def confirm(_parent: QWidget, _title: str, text: str) -> bool:
@@ -194,6 +196,9 @@ def test_save_writes_atomically_and_asks_before_overwriting(
     assert "engine context 2048 tokens" in second
     assert writes[-1] == {"overwrite": True}
     assert os.listdir(target.parent) == ["Modelfile"]  # no temporary file left behind
+    # the first dialog starts in the home folder, the next in the folder saved to last
+    assert suggestions[0] == str(Path.home() / "Modelfile")
+    assert suggestions[1:] == [str(target.parent / "Modelfile")] * 2
 
 
 def test_save_into_a_missing_folder_shows_the_cause(

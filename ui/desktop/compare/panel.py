@@ -421,7 +421,7 @@ class ComparePanel(QWidget):
             return
         start = self.download_folder()
         folder = QFileDialog.getExistingDirectory(
-            self, "Save the download in a folder", str(start) if start is not None else ""
+            self, "Save the download in a folder", str(start if start is not None else Path.home())
         )
         if folder:
             self.set_download_folder(folder)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFontDatabase, QGuiApplication
@@ -62,6 +63,7 @@ class ExportPanel(QWidget):
         super().__init__(parent)
         self._controller = controller
         self.ask_save_path: Callable[[QWidget, str], str | None] = _ask_save_path
+        self.save_folder = str(Path.home())
         self.confirm: Callable[[QWidget, str, str], bool] = confirm
         layout = QVBoxLayout(self)
 
@@ -149,7 +151,8 @@ class ExportPanel(QWidget):
         preview = self._controller.preview
         if preview is None or preview.error:
             return
-        path = self.ask_save_path(self, preview.filename)
+        # in the folder saved to last, else the home folder (never the current directory)
+        path = self.ask_save_path(self, os.path.join(self.save_folder, preview.filename))
         if not path:
             return
         exists = os.path.exists(path)
@@ -170,6 +173,7 @@ class ExportPanel(QWidget):
             except OSError as err:
                 self._show_error(f"Saved, but not made executable: {describe_error(err)}")
                 return
+        self.save_folder = str(Path(written).parent)
         self.status_label.setText(f"Saved {written}")
         self.saved.emit(str(written))
 

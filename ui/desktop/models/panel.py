@@ -27,6 +27,7 @@ from __future__ import annotations
 import html
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import (
     QEvent,
@@ -71,7 +72,8 @@ from ui.desktop.shared.model_card import (
 
 
 def _ask_folder(parent: QWidget) -> str | None:
-    folder = QFileDialog.getExistingDirectory(parent, "Add a folder of models")
+    # from the home folder, never the current directory (issue 18)
+    folder = QFileDialog.getExistingDirectory(parent, "Add a folder of models", str(Path.home()))
     return folder or None
 
 
