@@ -20,10 +20,10 @@ waiting for a core another process holds), ``wall`` the elapsed time.
 
 The prediction is :func:`app.predict.speed.decode_step_s` / :func:`prefill_s` with the
 host's kernels — **uncalibrated**: the kernel rates only, no run of any model;
-**calibrated (leave one file out)**: the kernel, attention and node scales fitted by
-:func:`app.predict.speed.calibrate` to every other file's runs of this machine, the file
-itself held out; **calibrated (leave one model out)**: fitted to the other model's runs
-only.
+**calibrated (leave one file out)**: the kernel, attention and node scales and the
+per-weight-type scales fitted by :func:`app.predict.speed.calibrate` to every other
+file's runs of this machine, the file itself held out; **calibrated (leave one model
+out)**: fitted to the other model's runs only.
 """
 
 from __future__ import annotations

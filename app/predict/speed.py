@@ -118,7 +118,11 @@ class SpeedFactors:
     docs/benchmarks.md; 1 until measured). Where the host's kernels were measured
     (:class:`~app.hardware.kernels.KernelRates`), ``host_kernel_scale``,
     ``host_attention_scale`` and ``host_node_scale`` multiply the time of its matrix
-    products, its attention and its graph nodes (1 until calibrated).
+    products, its attention and its graph nodes (1 until calibrated);
+    ``host_type_scales`` (lower-case weight type, scale) further multiply the products of
+    one weight type on top of ``host_kernel_scale`` (1 for a type not listed): a loaded
+    model's BF16/F16/Q8_0/MXFP4 products run slower against the timed kernels than its
+    K-quants do, which one common scale cannot absorb (docs/benchmarks.md, section users).
     ``decode_scale``/``prefill_scale`` multiply predicted times for one model, fitted to
     that model's own runs (1 = none).
     ``source`` says where the numbers come from, in words.
@@ -137,6 +141,7 @@ class SpeedFactors:
     host_kernel_scale: float = 1.0
     host_attention_scale: float = 1.0
     host_node_scale: float = 1.0
+    host_type_scales: tuple[tuple[str, float], ...] = ()
     decode_scale: float = 1.0
     prefill_scale: float = 1.0
     n_measurements: int = 0
@@ -526,6 +531,15 @@ def _kernel_work(
     )
 
 
+def scale_key(type_name: str, n_tokens: int) -> str:
+    """Return the key of :attr:`SpeedFactors.host_type_scales` for products of
+    ``type_name`` shared by ``n_tokens`` tokens: ``"q8_0/1"`` for one token (a
+    matrix-vector product, which streams every weight from memory once for one token),
+    ``"q8_0"`` for more (the weights are reused across the tokens)."""
+    key = type_name.lower()
+    return f"{key}/1" if n_tokens <= 1 else key
+
+
 def kernel_graph_s(
     k: KernelWork,
     factors: SpeedFactors,
@@ -549,18 +563,22 @@ def kernel_graph_s(
     """
     r = k.rates
     t = max(1, n_tokens)
+    scales = dict(factors.host_type_scales)
     mm = 0.0
     for type_name, cols, weights in k.dense:
-        mm += weights * (r.ns_per_weight(type_name, t, cols) or 0.0)
+        ts = scales.get(scale_key(type_name, t), 1.0)
+        mm += weights * ts * (r.ns_per_weight(type_name, t, cols) or 0.0)
     if n_outputs > 0:
         for type_name, cols, weights in k.output:
-            mm += weights * (r.ns_per_weight(type_name, n_outputs, cols) or 0.0)
+            ts = scales.get(scale_key(type_name, n_outputs), 1.0)
+            mm += weights * ts * (r.ns_per_weight(type_name, n_outputs, cols) or 0.0)
     if k.experts and n_expert:
         p = n_expert_used / n_expert
         share = 1.0 - (1.0 - p) ** t  # expected share of the experts some token picks
         per_expert = max(1, round(t * p / share))  # tokens each picked expert multiplies
         for type_name, cols, weights in k.experts:
-            mm += weights * share * (r.ns_per_weight(type_name, per_expert, cols) or 0.0)
+            ts = scales.get(scale_key(type_name, per_expert), 1.0)
+            mm += weights * share * ts * (r.ns_per_weight(type_name, per_expert, cols) or 0.0)
     work = k.attn_full * ctx_full + k.attn_swa * ctx_swa
     if k.flash_attn:
         attn = work * (r.attention_ns(k.kv_type, k.head_dim, t) or 0.0)
@@ -931,23 +949,40 @@ def predict_measurement(
     )
 
 
-def _kernel_parts(m: SpeedMeasurement, work: Workload) -> tuple[float, float, float] | None:
-    """Return the seconds of ``m``'s test spent in the host's matrix products, attention and
-    graph nodes at unit scales, or None when the run is not priced by kernels alone."""
+def _weight_types(work: Workload) -> list[str]:
+    """Return the keys of the host's weight types in ``work`` (:func:`scale_key`), for one
+    token and for several."""
+    found = {
+        scale_key(t, n)
+        for n in (1, 2)
+        for d in work.devices
+        if d.kernels is not None
+        for t, _c, _w in (*d.kernels.dense, *d.kernels.experts, *d.kernels.output)
+    }
+    return sorted(found)
+
+
+def _kernel_parts(
+    m: SpeedMeasurement, work: Workload
+) -> tuple[dict[str, float], float, float] | None:
+    """Return the seconds of ``m``'s test spent in the host's matrix products (by weight
+    type), attention and graph nodes at unit scales, or None when the run is not priced
+    by kernels alone."""
     if not all(d.kernels is not None for d in work.devices if _busy(d)):
         return None
     size = m.n_tokens if m.kind == "pp" else 1.0
 
-    def seconds(a: float, b: float, c: float) -> float:
-        f = SpeedFactors(host_kernel_scale=a, host_attention_scale=b, host_node_scale=c)
+    def seconds(b: float, c: float, zero: str | None = None) -> float:
+        f = SpeedFactors(
+            host_attention_scale=b,
+            host_node_scale=c,
+            host_type_scales=((zero, 0.0),) if zero else (),
+        )
         return size / predict_measurement(m, f, work)
 
-    full = seconds(1.0, 1.0, 1.0)
-    return (
-        full - seconds(0.0, 1.0, 1.0),
-        full - seconds(1.0, 0.0, 1.0),
-        full - seconds(1.0, 1.0, 0.0),
-    )
+    full = seconds(1.0, 1.0)
+    products = {t: full - seconds(1.0, 1.0, t) for t in _weight_types(work)}
+    return products, full - seconds(0.0, 1.0), full - seconds(1.0, 0.0)
 
 
 class _Works:
@@ -966,49 +1001,59 @@ class _Works:
 
 
 def _fit_log_scales(
-    rows: Sequence[tuple[float, float, float, float]], prior: float, iterations: int = 40
+    rows: Sequence[tuple[Sequence[float], float]], priors: Sequence[float], iterations: int = 40
 ) -> list[float]:
-    """Return scales (a, b, c) > 0 minimising Σ log²((a·x + b·y + c·z) / t) + prior·Σ log² s.
+    """Return scales (k, b, c, s_1 … s_n) > 0 minimising Σ log²(p / t) + Σ prior_i·log² scale_i,
+    with ``p = b·attention + c·nodes + k·Σ s_i·products_i``.
 
-    Levenberg-Marquardt on the logs of the scales (3 unknowns: the normal equations are
-    solved by Cramer's rule); starts at 1, 1, 1 (the kernels as measured).
+    ``rows`` are ((attention, nodes, products_1 … products_n), t): the seconds of each part
+    at unit scales and the measured seconds. Levenberg-Marquardt on the logs of the scales
+    (Gaussian elimination on the normal equations); starts at 1 (the kernels as measured).
     """
-    u = [0.0, 0.0, 0.0]
+    n = len(priors)
+    u = [0.0] * n
     damping = 1e-3
+
+    def shares(e: Sequence[float], x: Sequence[float]) -> tuple[float, list[float]]:
+        """Return p and d p / d log scale_i."""
+        typed = [e[0] * s * q for s, q in zip(e[3:], x[2:], strict=True)]
+        d = [sum(typed), e[1] * x[0], e[2] * x[1], *typed]
+        return d[0] + d[1] + d[2], d
 
     def cost(v: Sequence[float]) -> float:
         e = [math.exp(x) for x in v]
-        total = prior * sum(x * x for x in v)
-        for x, y, z, t in rows:
-            p = e[0] * x + e[1] * y + e[2] * z
+        total = sum(w * x * x for w, x in zip(priors, v, strict=True))
+        for x, t in rows:
+            p, _ = shares(e, x)
             total += math.log(p / t) ** 2 if p > 0 else 1e9
         return total
 
     current = cost(u)
     for _ in range(iterations):
         e = [math.exp(x) for x in u]
-        jtj = [[0.0] * 3 for _ in range(3)]
-        jtr = [0.0] * 3
-        for x, y, z, t in rows:
-            parts = (e[0] * x, e[1] * y, e[2] * z)
-            p = sum(parts)
+        jtj = [[0.0] * n for _ in range(n)]
+        jtr = [0.0] * n
+        for x, t in rows:
+            p, d = shares(e, x)
             if p <= 0:
                 continue
             r = math.log(p / t)
-            j = [q / p for q in parts]
-            for i in range(3):
+            j = [q / p for q in d]
+            for i in range(n):
+                if j[i] == 0.0:
+                    continue
                 jtr[i] += j[i] * r
-                for k in range(3):
+                for k in range(n):
                     jtj[i][k] += j[i] * j[k]
-        for i in range(3):
-            jtr[i] += prior * u[i]
-            jtj[i][i] += prior
+        for i in range(n):
+            jtr[i] += priors[i] * u[i]
+            jtj[i][i] += priors[i]
         improved = False
         while damping < 1e6:
-            a = [[jtj[i][k] + (damping * jtj[i][i] if i == k else 0.0) for k in range(3)]
-                 for i in range(3)]  # fmt: skip
-            step = _solve3(a, [-v for v in jtr])
-            trial = [u[i] + step[i] for i in range(3)]
+            a = [[jtj[i][k] + (damping * jtj[i][i] if i == k else 0.0) for k in range(n)]
+                 for i in range(n)]  # fmt: skip
+            step = _solve(a, [-v for v in jtr])
+            trial = [u[i] + step[i] for i in range(n)]
             c = cost(trial)
             if c < current:
                 u, current, damping, improved = trial, c, damping / 3, True
@@ -1019,23 +1064,22 @@ def _fit_log_scales(
     return [math.exp(x) for x in u]
 
 
-def _solve3(a: Sequence[Sequence[float]], b: Sequence[float]) -> list[float]:
-    """Solve a 3×3 linear system by Cramer's rule (zeros when it is singular)."""
-
-    def det(m: Sequence[Sequence[float]]) -> float:
-        return (
-            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
-            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
-            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
-        )
-
-    d = det(a)
-    if abs(d) < 1e-300:
-        return [0.0, 0.0, 0.0]
-    out = []
-    for col in range(3):
-        m = [[b[i] if k == col else a[i][k] for k in range(3)] for i in range(3)]
-        out.append(det(m) / d)
+def _solve(a: Sequence[Sequence[float]], b: Sequence[float]) -> list[float]:
+    """Solve a small linear system by Gaussian elimination (zeros when it is singular)."""
+    n = len(b)
+    m = [[*a[i], b[i]] for i in range(n)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-300:
+            return [0.0] * n
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(col + 1, n):
+            f = m[r][col] / m[col][col]
+            for k in range(col, n + 1):
+                m[r][k] -= f * m[col][k]
+    out = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        out[r] = (m[r][n] - sum(m[r][k] * out[k] for k in range(r + 1, n))) / m[r][r]
     return out
 
 
@@ -1048,30 +1092,47 @@ KERNEL_SCALE_PRIOR: Final = 0.002
 """Weight of the pull of each kernel scale towards 1 (squared log), per measurement: with
 few runs the fit stays near what the kernels measured."""
 
+TYPE_SCALE_PRIOR: Final = 0.01
+"""The same pull for each weight type's own scale, per measurement that has that type:
+stronger than the common scale's, so what all types share goes to ``host_kernel_scale``
+and a type's scale only keeps what sets it apart."""
+
 
 def _fit_kernels(
     group: Sequence[SpeedMeasurement], f: SpeedFactors, works: _Works | None = None
 ) -> SpeedFactors:
     """Fit the host's kernel, attention and node scales to runs priced by its kernels.
 
-    Each test's time is ``a·products + b·attention + c·nodes`` (the parts at unit scales);
-    a, b, c minimise the squared log error of the times plus a weak pull towards 1, by
-    coordinate search on a log grid.
+    Each test's time is ``k·Σ_type s_type·products_type + b·attention + c·nodes`` (the
+    parts at unit scales); the common scale k, b, c and one scale per weight type minimise
+    the squared log error of the times plus a weak pull towards 1 (a stronger one on the
+    type scales, :data:`TYPE_SCALE_PRIOR`).
     """
-    rows = []
+    found = []
     works = works or _Works()
     for m in group:
         parts = _kernel_parts(m, works.of(m))
         if parts is None:
             continue
         measured_s = (m.n_tokens if m.kind == "pp" else 1.0) / m.tok_per_s
-        rows.append((*parts, measured_s))
-    if not rows:
+        found.append((parts, measured_s))
+    if not found:
         return f
-    prior = KERNEL_SCALE_PRIOR * len(rows)
-    best = _fit_log_scales(rows, prior)
+    types = sorted({t for (products, _a, _n), _s in found for t in products})
+    rows = [
+        ((a, n, *(products.get(t, 0.0) for t in types)), measured_s)
+        for (products, a, n), measured_s in found
+    ]
+    counts = [sum(1 for x, _s in rows if x[2 + i] > 0) for i in range(len(types))]
+    # unknowns: the common kernel scale, attention, nodes, then one per weight type
+    priors = [KERNEL_SCALE_PRIOR * len(rows)] * 3 + [TYPE_SCALE_PRIOR * c for c in counts]
+    best = _fit_log_scales(rows, priors)
     return dataclasses.replace(
-        f, host_kernel_scale=best[0], host_attention_scale=best[1], host_node_scale=best[2]
+        f,
+        host_kernel_scale=best[0],
+        host_attention_scale=best[1],
+        host_node_scale=best[2],
+        host_type_scales=tuple(zip(types, best[3:], strict=True)),
     )
 
 
