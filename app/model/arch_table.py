@@ -407,6 +407,7 @@ COMPUTE_CHECKED_ARCHS: Final = frozenset(
         # reserve graph node for node on a real or zoo model of these architectures
         # (tests/agreement/test_compute_graph.py)
         "llama",
+        "mistral3",
         "deci",
         "qwen2",
         "qwen3",

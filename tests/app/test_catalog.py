@@ -430,6 +430,7 @@ def _zoo_options(name: str) -> TensorOptions:
     "name",
     [
         "llama",
+        "mistral3",
         "qwen2",
         "qwen3",
         "qwen3moe",

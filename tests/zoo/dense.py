@@ -335,6 +335,24 @@ SPECS: dict[str, Spec] = {
         ffn_type=Q8_0,
         rope_freq_base=500000.0,
     ),
+    # Mistral 3 (src/models/mistral3.cpp): the llama layout with head size 32 on n_embd
+    # 128 (q width 256, as Mistral Small's 32 x 128 on 5120), and Ministral 3's attention
+    # temperature (Q scaled per token after RoPE), which needs the original context length.
+    "mistral3": Spec(
+        arch="mistral3",
+        n_layer=4,
+        n_embd=128,
+        n_head=8,
+        n_head_kv=2,
+        head_dim=32,
+        n_ff=384,
+        ffn_type=Q8_0,
+        rope_freq_base=1000000000.0,
+        kv={
+            Keys.Attention.TEMPERATURE_SCALE: 0.1,
+            Keys.Rope.SCALING_ORIG_CTX_LEN: 16384,
+        },
+    ),
     # Per-layer head counts (Nemotron-51B style): layer 0 GQA 8:2, layer 1 "linear
     # attention" (8 heads, 0 KV heads), layer 2 GQA 8:4, layer 3 attention-free.
     "deci": Spec(

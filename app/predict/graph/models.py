@@ -129,8 +129,11 @@ def _attention(
     q_scale: bool = False,
     sinks: Tensor | None = None,
     soft_cap: bool = False,
+    q_mul: Tensor | None = None,
 ) -> Tensor:
-    """Q/K/V, optional per-head norms, RoPE, the cache and attention, the output proj."""
+    """Q/K/V, optional per-head norms, RoPE, the cache and attention, the output proj.
+
+    ``q_mul``: a per-token factor Q is multiplied by after RoPE (mistral3's temperature)."""
     g = lg.g
     head_k, head_v = _head(spec, il)
     factors = lg.t("rope_freqs.weight", il) or lg.t("rope_factors_long.weight", il)
@@ -145,6 +148,8 @@ def _attention(
         k = ggml.rope(g, k, inp_pos, factors)
     if q_scale:
         q = ggml.unary(g, q, "SCALE")
+    if q_mul is not None:
+        q = ggml.mul(g, q, q_mul)
     return lg.build_attn(
         _inp_for(inputs, spec, il),
         lg.t("attn_output.weight", il),
@@ -161,18 +166,22 @@ def _attention(
     )
 
 
-def build_llama(lg: LlmGraph, spec: ModelSpec, qk_norm: bool = False) -> None:
-    """``src/models/llama.cpp``; also qwen2 (output bias) and qwen3/qwen3moe (Q/K norms)."""
+def build_llama(
+    lg: LlmGraph, spec: ModelSpec, qk_norm: bool = False, temp_scale: bool = False
+) -> None:
+    """``src/models/llama.cpp``; also qwen2 (output bias), qwen3/qwen3moe (Q/K norms) and
+    mistral3 (``temp_scale``: ``build_inp_attn_scale``, Q multiplied by it after RoPE)."""
     g = lg.g
     inp_l = lg.build_inp_embd(lg.req("token_embd.weight"))
     inp_pos = lg.build_inp_pos()
+    attn_scale = g.input(ggml.F32, 1, 1, lg.n_tokens, name="inp_attn_scale") if temp_scale else None
     inputs = _attn_inputs(lg, spec)
     out_ids = lg.build_inp_out_ids()
     n_layer = spec.n_layer
     for il in lg.layers:
         inp_sa = inp_l
         cur = _rms(lg, inp_l, "attn_norm", il)
-        cur = _attention(lg, spec, inputs, cur, inp_pos, il, qk_norm=qk_norm)
+        cur = _attention(lg, spec, inputs, cur, inp_pos, il, qk_norm=qk_norm, q_mul=attn_scale)
         if il == n_layer - 1:
             cur = ggml.get_rows(g, cur, out_ids)
             inp_sa = ggml.get_rows(g, inp_sa, out_ids)
@@ -185,6 +194,12 @@ def build_llama(lg: LlmGraph, spec: ModelSpec, qk_norm: bool = False) -> None:
         lg.layer_done(il, cur)
     embd = _out_rms(lg, inp_l)
     lg.finish(_lm_head(lg, embd), embd)
+
+
+def build_mistral3(lg: LlmGraph, spec: ModelSpec) -> None:
+    """``src/models/mistral3.cpp``: the llama graph, plus (when ``attention.temperature_scale``
+    is set, as in Ministral 3) an ``inp_attn_scale`` input that scales Q after RoPE."""
+    build_llama(lg, spec, temp_scale=bool(lg.hpf("attention.temperature_scale")))
 
 
 def build_qwen3(lg: LlmGraph, spec: ModelSpec) -> None:
@@ -2233,6 +2248,7 @@ LAYER_VARIANTS: Final[dict[str, LayerVariant]] = {
 
 BUILDERS: Final[dict[str, Builder]] = {
     "llama": build_llama,
+    "mistral3": build_mistral3,
     "qwen2": build_llama,
     "qwen3": build_qwen3,
     "qwen3moe": build_qwen3,
