@@ -157,3 +157,59 @@ def test_hardware_tab_lists_them_and_recommend_plans_over_them(
     assert not panel.machines_label.isVisible()
     assert panel.apply_button.isEnabled()
     assert json.loads(machines.read_text())["machines"][0]["name"] == "gaming PC"
+
+
+def test_the_pooled_plan_saves_its_scripts(
+    qtbot: QtBot, qsettings: QSettings, tmp_path: Path
+) -> None:
+    """Issue 14: the desktop exports the pooled plan as the CLI's --write-scripts does (one
+    ggml-rpc-server script per other machine, llama-server --rpc for this one); a script
+    already there is replaced only when the user says so."""
+    machines = Path(qsettings.fileName()).with_name("rpc_machines.json")
+    add_machine(RemoteMachine("192.168.1.20:50052", "rtx-3060-12g", "gaming PC"), machines)
+    window = make_window(qtbot, qsettings)
+    qtbot.waitUntil(lambda: not window.recommender.busy, timeout=PLAN_TIMEOUT_MS)
+    panel = window.recommend_panel
+    assert panel.scripts_button.isHidden()
+    panel.set_form(GoalForm("fastest", ctx=4096, only_open_file=True))
+    with qtbot.waitSignal(window.recommender.finished, timeout=PLAN_TIMEOUT_MS):
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    assert not panel.scripts_button.isHidden()  # (the Recommend tab is not the one shown)
+    folder = tmp_path / "scripts"
+    folder.mkdir()
+    panel.ask_folder = lambda _parent, _start: str(folder)
+    asked: list[str] = []
+
+    def refuse(_parent: object, _title: str, text: str) -> bool:
+        asked.append(text)
+        return False
+
+    panel.confirm = refuse
+    written = panel.save_scripts()
+    assert sorted(p.name for p in written) == [
+        "llama-server.sh",
+        "rpc-server-192.168.1.20-50052.sh",
+    ]
+    assert not asked  # nothing was there: nothing asked
+    server = (folder / "llama-server.sh").read_text()
+    remote = (folder / "rpc-server-192.168.1.20-50052.sh").read_text()
+    exec_line = next(line for line in server.splitlines() if line.startswith("exec "))
+    argv = shlex.split(exec_line)[1:]
+    assert argv[0] == "llama-server"
+    assert argv[argv.index("--rpc") + 1] == "192.168.1.20:50052"
+    assert "exec ggml-rpc-server -H 192.168.1.20 -p 50052 -c" in remote
+    # the same commands the panel shows
+    shown = panel.machines_label.text().split("On this machine:\n", 1)[1].splitlines()[0]
+    assert shlex.split(shown) == argv
+    assert (folder / "llama-server.sh").stat().st_mode & 0o100
+    assert "Saved 2 scripts in" in panel.apply_label.text()
+    # again, into the same folder: asked, refused, nothing replaced
+    (folder / "llama-server.sh").write_text("mine\n")
+    assert panel.save_scripts() == []
+    assert asked
+    assert "llama-server.sh" in asked[0]
+    assert (folder / "llama-server.sh").read_text() == "mine\n"
+    # said yes: replaced
+    panel.confirm = lambda _parent, _title, _text: True
+    assert len(panel.save_scripts()) == 2
+    assert (folder / "llama-server.sh").read_text() == server

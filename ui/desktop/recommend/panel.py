@@ -7,6 +7,9 @@ applies it, :mod:`ui.desktop.recommend.rows` says what the form and the answer h
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Final
 
 from PySide6.QtCore import Qt, QTimer
@@ -16,6 +19,7 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
+    QFileDialog,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
@@ -28,7 +32,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.errors import GGTuneError
+from app.export.common import write_text_atomic
 from app.planning.machines import RemoteMachine
+from app.planning.pool import pool_scripts
 from ui.desktop.recommend.controller import RecommendController
 from ui.desktop.recommend.rows import (
     GOAL_TITLES,
@@ -38,9 +45,14 @@ from ui.desktop.recommend.rows import (
     settings_summary,
 )
 from ui.desktop.shared.banner import MessageBanner
-from ui.desktop.shared.widgets import ERROR_STYLE, signals_blocked
+from ui.desktop.shared.widgets import ERROR_STYLE, confirm, signals_blocked
 
 STALE_TEXT: Final = "Out of date: the goal changed since this plan. Press Recommend (or Enter)."
+
+
+def _ask_folder(parent: QWidget, start: str) -> str | None:
+    folder = QFileDialog.getExistingDirectory(parent, "Save the scripts in", start)
+    return folder or None
 
 
 class RecommendPanel(QWidget):
@@ -49,6 +61,9 @@ class RecommendPanel(QWidget):
 
     def __init__(self, controller: RecommendController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.ask_folder: Callable[[QWidget, str], str | None] = _ask_folder
+        self.confirm: Callable[[QWidget, str, str], bool] = confirm
+        self.scripts_folder = str(Path.home())
         self.controller = controller
         outer = QVBoxLayout(self)
         self.banner = MessageBanner(name="recommend_banner")
@@ -182,6 +197,14 @@ class RecommendPanel(QWidget):
         self.apply_button.setToolTip("Set the Settings panel to this plan")
         self.apply_button.clicked.connect(self._on_apply_clicked)
         apply_row.addWidget(self.apply_button)
+        self.scripts_button = QPushButton("Save s&cripts…")
+        self.scripts_button.setToolTip(
+            "Save a script per machine: ggml-rpc-server for each other machine, "
+            "llama-server --rpc for this one"
+        )
+        self.scripts_button.setVisible(False)
+        self.scripts_button.clicked.connect(self.save_scripts)
+        apply_row.addWidget(self.scripts_button)
         apply_row.addStretch(1)
         result.addLayout(apply_row)
         self.apply_label = QLabel()
@@ -338,6 +361,54 @@ class RecommendPanel(QWidget):
         )
         self.machines_label.setText(pooled_commands(outcome) if pooled else "")
         self.machines_label.setVisible(pooled)
+        self.scripts_button.setVisible(pooled)
+
+    def save_scripts(self) -> list[Path]:
+        """Save the pooled plan's scripts into a folder the user picks (each written
+        atomically; files already there replaced only when the user says so); return
+        the paths written."""
+        outcome = self.controller.outcome
+        if outcome is None:
+            return []
+        windows = sys.platform == "win32"
+        try:
+            scripts = pool_scripts(outcome.model_path, outcome.recommendation, windows=windows)
+        except GGTuneError as exc:
+            self.banner.show_message(str(exc))
+            return []
+        chosen = self.ask_folder(self, self.scripts_folder)
+        if chosen is None:
+            return []
+        folder = Path(chosen)
+        taken = [s.filename for s in scripts if (folder / s.filename).exists()]
+        if taken and not self.confirm(
+            self,
+            "Replace the scripts?",
+            f"{', '.join(taken)} already in {folder}. Replace them?",
+        ):
+            return []
+        written: list[Path] = []
+        try:
+            for script in scripts:
+                path = write_text_atomic(
+                    folder / script.filename, script.text, overwrite=bool(taken)
+                )
+                written.append(path)
+                if not windows:
+                    mode = path.stat().st_mode
+                    path.chmod(mode | ((mode & 0o444) >> 2))  # executable where readable
+        except (GGTuneError, OSError) as exc:
+            done = f" ({len(written)} of {len(scripts)} written)" if written else ""
+            self.banner.show_message(f"{folder}: the scripts could not be saved{done}: {exc}")
+            return written
+        self.scripts_folder = str(folder)
+        run = "powershell -File" if windows else "sh"
+        self.apply_label.setText(
+            f"Saved {len(written)} scripts in {folder}: start "
+            + ", then ".join(f"{run} {p.name}" for p in written)
+            + " (each on its machine, this one last)"
+        )
+        return written
 
     def _on_controller_failed(self, message: str) -> None:
         self.banner.show_message(message)
