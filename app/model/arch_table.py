@@ -418,6 +418,7 @@ COMPUTE_CHECKED_ARCHS: Final = frozenset(
         "gpt-oss",
         "qwen3moe",
         "deepseek2",
+        "glm4moe",
         "mamba",
         "mamba2",
         "granitehybrid",

@@ -423,6 +423,8 @@ def _zoo_options(name: str) -> TensorOptions:
         )
     if name == "gemma4":  # tests/zoo/modern.py: tied, the full layers' rope_freqs
         return TensorOptions(tied_embeddings=True, rope_freqs=True)
+    if name == "glm4moe":  # tests/zoo/special.py: GLM-4.5's q/k norms
+        return TensorOptions(qk_norm=True)
     return TensorOptions()  # tests/zoo/special.py: untied, F16
 
 
@@ -436,6 +438,7 @@ def _zoo_options(name: str) -> TensorOptions:
         "qwen3moe",
         "gpt-oss",
         "deepseek2",
+        "glm4moe",
         "phi3",
         "gemma3",
         "llama4",

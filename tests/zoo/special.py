@@ -18,6 +18,7 @@ import re
 import zlib
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -607,6 +608,59 @@ def rwkv7() -> _Model:
     return m
 
 
+def glm4moe(mtp: bool = False) -> _Model:
+    """GLM-4.5 in miniature (src/models/glm4-moe.cpp): q/k/v biases, q/k norms, partial RoPE
+    (16 of 32), the post-attention norm as the FFN norm, 2 leading dense layers, then 8
+    experts (2 used) with the sigmoid router's selection bias and one shared expert; no
+    NextN/MTP layer (as converted with --no-mtp), or with ``mtp`` one more MoE layer
+    carrying the NextN tensors (the default conversion; llama.cpp skips it at inference)."""
+    n_trunk, n_dense, n_embd, n_head, n_head_kv, head_dim = 5, 2, 128, 8, 2, 32
+    n_layer = n_trunk + 1 if mtp else n_trunk
+    n_ff, n_expert, n_expert_used, n_shared, n_ff_exp = 256, 8, 2, 1, 64
+    m = _Model(
+        "glm4moe",
+        {
+            **_base_kv(n_layer, n_embd),
+            K.LLM.FEED_FORWARD_LENGTH: n_ff,
+            K.Attention.HEAD_COUNT: n_head,
+            K.Attention.HEAD_COUNT_KV: n_head_kv,
+            K.Attention.KEY_LENGTH: head_dim,
+            K.Attention.VALUE_LENGTH: head_dim,
+            K.Rope.DIMENSION_COUNT: head_dim // 2,
+            K.Rope.FREQ_BASE: 1000000.0,
+            K.LLM.LEADING_DENSE_BLOCK_COUNT: n_dense,
+            K.LLM.EXPERT_COUNT: n_expert,
+            K.LLM.EXPERT_USED_COUNT: n_expert_used,
+            K.LLM.EXPERT_SHARED_COUNT: n_shared,
+            K.LLM.EXPERT_FEED_FORWARD_LENGTH: n_ff_exp,
+            K.LLM.EXPERT_WEIGHTS_SCALE: 2.5,
+            K.LLM.EXPERT_WEIGHTS_NORM: True,
+            K.LLM.EXPERT_GATING_FUNC: int(gguf.ExpertGatingFuncType.SIGMOID),
+            **({K.LLM.NEXTN_PREDICT_LAYERS: 1} if mtp else {}),
+        },
+    )
+    _io(m, n_embd)
+    for i in range(n_layer):
+        b = f"blk.{i}"
+        if i >= n_trunk:
+            m.add(f"{b}.nextn.eh_proj.weight", 2 * n_embd, n_embd)
+            m.add(f"{b}.nextn.enorm.weight", n_embd)
+            m.add(f"{b}.nextn.hnorm.weight", n_embd)
+            m.add(f"{b}.nextn.shared_head_norm.weight", n_embd)
+        m.add(f"{b}.attn_norm.weight", n_embd)
+        _attn(m, i, n_embd, n_head, n_head_kv, head_dim, qk_norm=True)
+        m.add(f"{b}.attn_q.bias", n_head * head_dim)
+        m.add(f"{b}.attn_k.bias", n_head_kv * head_dim)
+        m.add(f"{b}.attn_v.bias", n_head_kv * head_dim)
+        m.add(f"{b}.post_attention_norm.weight", n_embd)
+        if i < n_dense:
+            _ffn(m, i, n_embd, n_ff)
+        else:
+            _moe(m, i, n_embd, n_ff_exp, n_expert, bias=True)
+            _ffn(m, i, n_embd, n_ff_exp * n_shared, "_shexp")
+    return m
+
+
 def _builder(describe: Callable[[], _Model]) -> Callable[[Path], None]:
     def build(path: Path) -> None:
         _write(describe(), path)
@@ -618,6 +672,8 @@ def _builder(describe: Callable[[], _Model]) -> Callable[[Path], None]:
 _DESCRIBE: dict[str, Callable[[], _Model]] = {
     "qwen3moe": qwen3moe,
     "deepseek2": deepseek2,
+    "glm4moe": glm4moe,
+    "glm4moe-mtp": partial(glm4moe, mtp=True),
     "mamba": mamba,
     "mamba2": mamba2,
     "granitehybrid": granitehybrid,

@@ -2227,6 +2227,96 @@ def build_t5(lg: LlmGraph, spec: ModelSpec) -> None:
     lg.finish(_lm_head(lg, embd), embd)
 
 
+def build_glm4moe(lg: LlmGraph, spec: ModelSpec) -> None:
+    """``src/models/glm4-moe.cpp`` ``graph`` (the NextN/MTP layer has its own graph,
+    ``graph_mtp``, which the reserve graph does not build): q/k/v biases, optional Q/K
+    norms (both before either RoPE), the post-attention norm as the FFN norm, leading dense
+    layers, then routed experts (sigmoid router with the selection bias) plus one shared
+    expert. The partial RoPE keeps Q/K's shape."""
+    g = lg.g
+    t = lg.t
+    inp_l = lg.build_inp_embd(lg.req("token_embd.weight"))
+    inp_pos = lg.build_inp_pos()
+    inputs = _attn_inputs(lg, spec)
+    out_ids = lg.build_inp_out_ids()
+    n_layer = spec.n_layer
+    n_dense = _int(lg, "leading_dense_block_count")
+    # load_arch_hparams: expert_gating_func defaults to sigmoid (NONE -> SIGMOID)
+    gating = {1: "softmax"}.get(_int(lg, "expert_gating_func", 2), "sigmoid")
+    for il in lg.layers:
+        inp_sa = inp_l
+        cur = _rms(lg, inp_l, "attn_norm", il)
+        head_k, head_v = _head(spec, il)
+        q, k, v = lg.build_qkv(il, cur, head_k, spec.n_head[il], head_k, spec.n_head_kv[il])
+        if t("attn_q_norm.weight", il) is not None:
+            q = _rms(lg, q, "attn_q_norm", il)
+        if t("attn_k_norm.weight", il) is not None:
+            k = _rms(lg, k, "attn_k_norm", il)
+        q = ggml.rope(g, q, inp_pos, None)
+        k = ggml.rope(g, k, inp_pos, None)
+        cur = lg.build_attn(
+            _inp_for(inputs, spec, il),
+            t("attn_output.weight", il),
+            None,
+            q,
+            k,
+            v,
+            il,
+            head_k,
+            head_v,
+            spec.n_head_kv[il],
+        )
+        if il == n_layer - 1:
+            cur = ggml.get_rows(g, cur, out_ids)
+            inp_sa = ggml.get_rows(g, inp_sa, out_ids)
+        ffn_inp = ggml.add(g, cur, inp_sa)
+        cur = _rms(lg, ffn_inp, "post_attention_norm", il)
+        if il < n_dense:
+            cur = lg.build_ffn(
+                cur,
+                t("ffn_up.weight", il),
+                None,
+                t("ffn_gate.weight", il),
+                None,
+                t("ffn_down.weight", il),
+                None,
+                "silu",
+                True,
+                il,
+            )
+        else:
+            moe = lg.build_moe_ffn(
+                cur,
+                il,
+                spec.n_expert,
+                spec.n_expert_used,
+                "silu",
+                bool(lg.hp.get("expert_weights_norm", False)),
+                lg.hpf("expert_weights_scale"),
+                gating,
+                exp_probs_b=t("exp_probs_b.bias", il),
+            )
+            shexp = lg.build_ffn(
+                cur,
+                t("ffn_up_shexp.weight", il),
+                None,
+                t("ffn_gate_shexp.weight", il),
+                None,
+                t("ffn_down_shexp.weight", il),
+                None,
+                "silu",
+                True,
+                il,
+            )
+            cur = ggml.add(g, moe, shexp)
+        cur = ggml.add(g, cur, ffn_inp)
+        lg.cb(cur, "l_out", il)
+        inp_l = cur
+        lg.layer_done(il, cur)
+    embd = _out_rms(lg, inp_l)
+    lg.finish(_lm_head(lg, embd), embd)
+
+
 def _hp_int(spec: ModelSpec, key: str, default: int = 0) -> int:
     value = spec.hparam(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else default
@@ -2272,4 +2362,5 @@ BUILDERS: Final[dict[str, Builder]] = {
     "qwen35moe": build_qwen35,
     "deepseek32": build_deepseek32,
     "t5": build_t5,
+    "glm4moe": build_glm4moe,
 }
