@@ -50,7 +50,8 @@ from app.errors import (
     ModelFileNotFoundError,
 )
 from app.measured.engine_report import DeviceType, EngineDevice, EngineMode, EngineReport
-from app.settings import CacheType, FlashAttn, Settings
+from app.model.ggml import GGML_TYPE_IDS
+from app.settings import CACHE_TYPES, CacheType, FlashAttn, Settings
 from runner.engine_log import LogLineJoiner, parse_log
 from runner.worker import (
     ChildChannel,
@@ -70,18 +71,8 @@ LOAD_MODE_MMAP: Final = 1
 # llama.h, enum llama_flash_attn_type.
 FLASH_ATTN_TYPES: Final[dict[FlashAttn, int]] = {"auto": -1, "off": 0, "on": 1}
 
-# ggml/include/ggml.h, enum ggml_type (llama-cpp-python 0.3.36 lacks GGML_TYPE_BF16).
-GGML_TYPES: Final[dict[CacheType, int]] = {
-    "f32": 0,
-    "f16": 1,
-    "q4_0": 2,
-    "q4_1": 3,
-    "q5_0": 6,
-    "q5_1": 7,
-    "q8_0": 8,
-    "iq4_nl": 20,
-    "bf16": 30,
-}
+# ggml's type ids by name (app.model.ggml; llama-cpp-python 0.3.36's bindings lack GGML_TYPE_BF16).
+GGML_TYPES: Final[dict[CacheType, int]] = {c: GGML_TYPE_IDS[c] for c in CACHE_TYPES}
 
 # ggml/include/ggml-backend.h, enum ggml_backend_dev_type.
 _DEVICE_TYPES: Final[tuple[DeviceType, ...]] = ("cpu", "gpu", "igpu", "accel", "meta")

@@ -81,6 +81,10 @@ GGML_TYPES: Final = _types(
 """Every ggml type of the vendored ggml (``type_traits`` in ``ggml/src/ggml.c``)."""
 
 
+GGML_TYPE_IDS: Final[dict[str, int]] = {t.name.lower(): t.id for t in GGML_TYPES.values()}
+"""Each type's id by its lower-case name, as llama.cpp's flags spell it (``-ctk q8_0``)."""
+
+
 class GGMLQuantizationType(IntEnum):
     """``enum ggml_type``: the id of each tensor type (named as gguf-py names them)."""
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from app.model.ggml import GGML_TYPE_IDS
 from app.model.spec import ModelSpec
 from app.predict.graph import ggml
 from app.predict.graph.alloc import Trace
@@ -32,6 +33,7 @@ from app.predict.graph.ggml import Tensor
 from app.predict.graph.llm import GraphParams, LlmGraph, WeightSource
 from app.predict.graph.models import BUILDERS, LAYER_VARIANTS
 from app.predict.graph.sched import MAX_COPIES, Backends, reserve_per_device
+from app.settings import CACHE_TYPES
 
 CPU_ALIGN: Final = 32
 """``TENSOR_ALIGNMENT`` (ggml-cpu): the CPU buffer type's alignment."""
@@ -39,17 +41,7 @@ CPU_ALIGN: Final = 32
 OFFLOAD_MIN_BATCH: Final = 32
 """CUDA's ``op_offload_min_batch_size`` default (``GGML_OP_OFFLOAD_MIN_BATCH``)."""
 
-CACHE_TYPE_IDS: Final[dict[str, int]] = {
-    "f32": 0,
-    "f16": 1,
-    "q4_0": 2,
-    "q4_1": 3,
-    "q5_0": 6,
-    "q5_1": 7,
-    "q8_0": 8,
-    "iq4_nl": 20,
-    "bf16": 30,
-}
+CACHE_TYPE_IDS: Final[dict[str, int]] = {c: GGML_TYPE_IDS[c] for c in CACHE_TYPES}
 
 
 MATRIX_ROW_PADDING: Final = 512
