@@ -97,6 +97,9 @@ def mamba2_r(d_conv: int, d_inner: int, n_group: int, d_state: int) -> int:
 EXPECTED: dict[str, tuple[Kv | None, Rs | None]] = {
     # 4 layers x 2 KV heads x head_dim 32
     "qwen3moe": (kv(4, 2 * 32, 2 * 32), None),
+    # 5 trunk layers x 2 KV heads x head_dim 32; the NextN layer gets no cache
+    "glm4moe": (kv(5, 2 * 32, 2 * 32), None),
+    "glm4moe-mtp": (kv(5, 2 * 32, 2 * 32), None),
     # MLA: K-only cache of kv_lora_rank 64 + n_rot 16 per token; V is a view of K
     "deepseek2": (kv(4, 64 + 16, 0), None),
     # R: (d_conv-1) * d_inner; S: d_state 16 * d_inner 256
@@ -152,7 +155,7 @@ def test_builder_writes_small_gguf(name: str, tmp_path: Path) -> None:
     reader = gguf.GGUFReader(path)
     arch = reader.get_field(gguf.Keys.General.ARCHITECTURE)
     assert arch is not None
-    assert arch.contents() == name
+    assert arch.contents() == name.removesuffix("-mtp")  # glm4moe-mtp: glm4moe with NextN
 
 
 @pytest.mark.engine
