@@ -108,7 +108,7 @@ from app.predict.speed import (
     predict_speed,
     with_network,
 )
-from app.settings import ALL_LAYERS, Settings
+from app.settings import ALL_LAYERS, MAX_SEQUENCES, Settings
 from app.units import DEFAULT_MARGIN_BYTES, format_bytes, format_tps, speed_depth
 
 # --- quant options ------------------------------------------------------------------------
@@ -958,14 +958,16 @@ def max_users(
     goal: Goal | None = None,
     options: Sequence[QuantOption] | None = None,
     factors: SpeedFactors | None = None,
-    max_n: int = 1024,
+    max_n: int = MAX_SEQUENCES,
 ) -> Capacity:
     """Return the most users that fit with ``ctx_per_user`` tokens each at the speed.
 
     Each variant (quant, cache type, flash attention, unified KV) is feasible for fewer
     users if it is for more (memory and per-user time both grow with n), so the count is
-    a doubling then binary search per variant; the best variant wins.
+    a doubling then binary search per variant; the best variant wins. The count stops at
+    ``max_n``, and never passes llama.cpp's limit of parallel sequences (MAX_SEQUENCES).
     """
+    max_n = min(max_n, MAX_SEQUENCES)
     base_goal = goal or Goal("users")
     opts = list(options) if options is not None else list(quant_options(spec, simulate=None))
     allowed = _allowed(opts, base_goal)

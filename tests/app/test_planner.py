@@ -18,7 +18,7 @@ from app.planning.options import QuantOption, quant_options
 from app.planning.planner import fit_layers, max_users, recommend, server_argv
 from app.planning.words import explain
 from app.predict.estimate import estimate
-from app.settings import Settings
+from app.settings import MAX_SEQUENCES, Settings
 from app.units import DEFAULT_MARGIN_BYTES
 
 GIB = 1024**3
@@ -153,6 +153,18 @@ def test_how_many_users_fit_shrinks_with_context_and_speed(
     assert short.plan is not None
     assert short.plan.speed.per_user_tok_per_s >= 20
     assert f"{short.n_users} users fit" in short.why
+
+
+def test_the_users_count_stops_at_llama_cpps_limit() -> None:
+    # a tiny model, a short context, any speed: more users fit than llama.cpp serves (256
+    # parallel sequences); the search stopped there instead of asking for 512 (the Settings
+    # of 512 sequences are refused: `ggtune plan` failed after a calibration made it fast)
+    spec = model_spec(catalog_header("smollm2-135m"))
+    big = Hardware.with_gpus([80 * 1024**3], ram_bytes=256 * 1024**3)
+    cap = max_users(spec, big, ctx_per_user=256, min_tok_per_s=0.001, max_n=1024)
+    assert cap.n_users == MAX_SEQUENCES
+    assert cap.plan is not None
+    assert cap.plan.settings.n_parallel == MAX_SEQUENCES
 
 
 def test_moe_on_a_small_gpu_moves_experts_to_the_cpu(rtx3060: Hardware) -> None:
