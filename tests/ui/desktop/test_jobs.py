@@ -72,7 +72,9 @@ def test_automatic_collection_is_off_and_collects_on_the_gui_thread(
         qtbot.waitUntil(lambda: len(done) == 40, timeout=60_000)
         collector = GuiCollector()
         try:
-            assert gc.get_count()[0] > 50, "the jobs left garbage to collect"
+            # the session's own collector may have collected while the jobs ran (under
+            # load the wait is long): ``seen`` recorded where; else there is garbage due
+            assert threads or gc.get_count()[0] > 50, "the jobs left garbage to collect"
             collector.collect_due()
         finally:
             collector.stop()
