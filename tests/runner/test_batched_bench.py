@@ -10,8 +10,8 @@ Both are timed in **CPU time** with one thread, because this machine's two cores
 with other work: a step's CPU time is what the engine spent on it, which other processes
 do not inflate (wall time here moved by 2× between minutes). For llama-batched-bench, whose
 report is wall time, the CPU time of the decode phase is isolated by running it twice with
-different ``-ntg`` (16 and 80 tokens: the same loading, warm-up and prompts) and dividing
-the difference by the 64 extra steps. docs/benchmarks.md has the wall-clock comparison at a
+different ``-ntg`` (16 and 208 tokens: the same loading, warm-up and prompts) and dividing
+the difference by the 192 extra steps. docs/benchmarks.md has the wall-clock comparison at a
 quiet moment too.
 
 Three trials per user count, each a load test beside a pair of llama-batched-bench runs
