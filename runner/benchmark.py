@@ -351,6 +351,35 @@ def _tokenize(bindings: Any, vocab: Any, text: str, n_max: int) -> list[int]:
     return list(buf[: max(0, min(n, n_max))])
 
 
+def create_context(
+    bindings: Any, model: Any, settings: Settings, n_threads: int, forwarder: Any
+) -> tuple[Any, float, ContextFacts]:
+    """Create the context of ``settings`` with ``n_threads`` for decode and batches; return
+    it, the seconds it took and what llama.cpp made of it. Raise :class:`ChildFailure`
+    (an :class:`~app.errors.EngineLoadError`) with llama.cpp's own reason when it refuses.
+    The benchmark and the load test share it."""
+    forwarder.errors.clear()
+    cparams = context_params(bindings, settings)
+    cparams.n_threads = n_threads
+    cparams.n_threads_batch = n_threads
+    t0 = time.perf_counter()
+    ctx = bindings.llama_init_from_model(model, cparams)
+    context_s = time.perf_counter() - t0
+    forwarder.flush()
+    if not ctx:
+        why = f": {forwarder.errors[0]}" if forwarder.errors else ""
+        raise ChildFailure(f"llama.cpp could not create the context{why}", error=EngineLoadError)
+    facts = ContextFacts(
+        index=0,
+        n_ctx=bindings.llama_n_ctx(ctx),
+        n_ctx_seq=bindings.llama_n_ctx_seq(ctx),
+        n_seq_max=bindings.llama_n_seq_max(ctx),
+        n_batch=bindings.llama_n_batch(ctx),
+        n_ubatch=bindings.llama_n_ubatch(ctx),
+    )
+    return ctx, context_s, facts
+
+
 def benchmark_child(request: BenchRequest, channel: ChildChannel) -> None:
     """Run ``request`` in this (child) process, reporting through ``channel``.
 
@@ -393,26 +422,8 @@ def benchmark_child(request: BenchRequest, channel: ChildChannel) -> None:
     decoder: _Decoder | None = None
     try:
         channel.step("creating the context")
-        forwarder.errors.clear()
-        cparams = context_params(bindings, settings)
-        cparams.n_threads = request.n_threads
-        cparams.n_threads_batch = request.n_threads
-        t0 = time.perf_counter()
-        ctx = bindings.llama_init_from_model(model, cparams)
-        context_s = time.perf_counter() - t0
-        forwarder.flush()
-        if not ctx:
-            why = f": {forwarder.errors[0]}" if forwarder.errors else ""
-            raise ChildFailure(
-                f"llama.cpp could not create the context{why}", error=EngineLoadError
-            )
-        facts = ContextFacts(
-            index=0,
-            n_ctx=bindings.llama_n_ctx(ctx),
-            n_ctx_seq=bindings.llama_n_ctx_seq(ctx),
-            n_seq_max=bindings.llama_n_seq_max(ctx),
-            n_batch=bindings.llama_n_batch(ctx),
-            n_ubatch=bindings.llama_n_ubatch(ctx),
+        ctx, context_s, facts = create_context(
+            bindings, model, settings, request.n_threads, forwarder
         )
         channel.send(_ChildLoaded(load_s, context_s, facts))
         loaded = memory_snapshot()

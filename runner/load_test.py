@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from app.errors import EngineError, EngineLoadError, EngineUnsupportedError, ModelFileNotFoundError
+from app.errors import EngineError, EngineUnsupportedError, ModelFileNotFoundError
 from app.measured.bench_result import BenchProgress, BenchStep, Loaded, LoadProgress
 from app.measured.users_result import (
     FillTiming,
@@ -58,7 +58,13 @@ from app.measured.users_result import (
     UserTiming,
 )
 from app.settings import Settings
-from runner.benchmark import CHAT_TEXT, OMP_WAIT_POLICY, machine_info, physical_cores
+from runner.benchmark import (
+    CHAT_TEXT,
+    OMP_WAIT_POLICY,
+    create_context,
+    machine_info,
+    physical_cores,
+)
 from runner.dry_run import (
     MAX_DEVICES,
     ContextFacts,
@@ -66,7 +72,6 @@ from runner.dry_run import (
     ModelFacts,
     ModelLoad,
     build_report,
-    context_params,
     load_model,
     open_engine,
 )
@@ -231,26 +236,8 @@ def load_test_child(request: LoadTestRequest, channel: ChildChannel) -> None:
     batch: _Batch | None = None
     try:
         channel.step("creating the context")
-        forwarder.errors.clear()
-        cparams = context_params(bindings, settings)
-        cparams.n_threads = request.n_threads
-        cparams.n_threads_batch = request.n_threads
-        t0 = time.perf_counter()
-        ctx = bindings.llama_init_from_model(model, cparams)
-        context_s = time.perf_counter() - t0
-        forwarder.flush()
-        if not ctx:
-            why = f": {forwarder.errors[0]}" if forwarder.errors else ""
-            raise ChildFailure(
-                f"llama.cpp could not create the context{why}", error=EngineLoadError
-            )
-        facts = ContextFacts(
-            index=0,
-            n_ctx=bindings.llama_n_ctx(ctx),
-            n_ctx_seq=bindings.llama_n_ctx_seq(ctx),
-            n_seq_max=bindings.llama_n_seq_max(ctx),
-            n_batch=bindings.llama_n_batch(ctx),
-            n_ubatch=bindings.llama_n_ubatch(ctx),
+        ctx, context_s, facts = create_context(
+            bindings, model, settings, request.n_threads, forwarder
         )
         channel.send(_ChildLoaded(load_s, context_s, facts))
         if facts.n_seq_max < plan.max_users:
