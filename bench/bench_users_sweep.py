@@ -60,6 +60,28 @@ def make_quants(out: Path) -> None:
             print(f"{tag} {o.file_type.name}: {state}", file=sys.stderr)
 
 
+def parse_skip(text: str) -> set[tuple[str, int]]:
+    """Return the ``NAME@DEPTH`` entries of ``--skip`` as (name, depth) pairs."""
+    out: set[tuple[str, int]] = set()
+    for item in text.split(","):
+        name, sep, depth = item.strip().rpartition("@")
+        if sep and name:
+            out.add((name, int(depth)))
+    return out
+
+
+def skipped(file_name: str, depth: int, skip: set[tuple[str, int]]) -> bool:
+    """Return whether the run of ``file_name`` at ``depth`` is one ``skip`` names.
+
+    A name is a whole file stem (``gemma3-270m-Q2_0``) or a quant, the part after the
+    model tag's last ``-`` (``Q2_0``): ``Q2_0`` leaves out ``*-Q2_0.gguf`` and not
+    ``*-TQ2_0.gguf``, ``Q4_K`` not ``*-Q4_K_M.gguf`` (a substring matched both).
+    """
+    stem = file_name.removesuffix(".gguf")
+    quant = stem.rpartition("-")[2]
+    return any(d == depth and name in (stem, quant) for name, d in skip)
+
+
 def settings_for(depth: int, plan: UsersPlan) -> Settings:
     """Return the settings of one run: a stream per user with room for the plan."""
     per_user = depth + plan.n_prompt + plan.n_gen
@@ -110,7 +132,10 @@ def main() -> None:
     ap.add_argument(
         "--skip",
         default="",
-        help="NAME@DEPTH,... runs to leave out (e.g. Q2_0@4096: its fill outlasts the timeout)",
+        help="QUANT@DEPTH or FILE-STEM@DEPTH,... runs to leave out (e.g. Q2_0@4096: not TQ2_0)",
+    )
+    ap.add_argument(
+        "--timeout", type=float, default=None, help="seconds per step (the load test's default)"
     )
     ap.add_argument("--quiet", type=float, default=0.25, help="wait until other work uses less")
     ap.add_argument("--max-wait", type=float, default=300.0, help="seconds to wait for quiet")
@@ -121,7 +146,8 @@ def main() -> None:
     files = sorted(p for p in folder.glob("*.gguf") if args.only in p.name)
     depths = [int(d) for d in args.depths.split(",")]
     users = tuple(int(n) for n in args.users.split(","))
-    skip = {tuple(x.split("@")) for x in args.skip.split(",") if "@" in x}
+    skip = parse_skip(args.skip)
+    timeout = {} if args.timeout is None else {"timeout_s": args.timeout}
     done = set()
     if args.out.exists():
         for line in args.out.read_text().splitlines():
@@ -132,14 +158,16 @@ def main() -> None:
             for depth in depths:
                 if (p, f.name, depth) in done:
                     continue
-                if any(name in f.name and int(d) == depth for name, d in skip):
+                if skipped(f.name, depth, skip):
                     continue
                 plan = UsersPlan(n_users=users, n_prompt=64, n_gen=16, depth=depth)
                 busy = wait_for_quiet(args.quiet, args.max_wait)
                 before = read_loadavg()
                 t0 = time.time()
                 try:
-                    result = load_test(f, settings_for(depth, plan), plan, n_threads=args.threads)
+                    result = load_test(
+                        f, settings_for(depth, plan), plan, n_threads=args.threads, **timeout
+                    )
                 except Exception as exc:  # a file llama.cpp cannot run: say so, go on
                     print(f"{f.name} d{depth}: {type(exc).__name__}: {exc}", file=sys.stderr)
                     continue
