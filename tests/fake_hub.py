@@ -2,6 +2,12 @@
 
 :class:`FakeHub` runs a ``ThreadingHTTPServer`` on 127.0.0.1 (ephemeral port) that serves:
 
+- ``/api/models?search=WORDS&filter=gguf&sort=downloads&direction=-1&limit=N``: the
+  search huggingface_hub's ``HfApi.list_models`` makes; a repo matches when every word is
+  in its id (case-insensitive) and, with ``filter=gguf``, it holds a ``.gguf`` file;
+  sorted by ``sort`` (``downloads``, ``likes``; ``direction=-1`` most first), at most
+  ``limit`` (default 1000, as the hub pages), each ``{"_id", "id", "downloads", "likes",
+  "gated", "private", "tags", "lastModified", "library_name"}``;
 - ``/api/models/{repo}/revision/{rev}`` and ``/api/models/{repo}/tree/{rev}?recursive=...``
   shaped as huggingface_hub's ``HfApi.model_info`` / ``list_repo_tree`` read them
   (``sha``, ``siblings``; ``type``/``path``/``size``/``oid``/``lfs.oid``/``lfs.size``/
@@ -65,6 +71,8 @@ class Repo:
     files: dict[str, Served]
     gated: bool = False
     commit: str = COMMIT
+    downloads: int = 0
+    likes: int = 0
 
 
 @dataclass
@@ -183,8 +191,8 @@ def write_split_model(folder: Path, stem: str) -> list[Path]:
 
 def make_hub(gemma: Path, smollm: Path, shards: list[Path]) -> FakeHub:
     """Return a hub with REPO: the demo models as two quant files, the 2-shard split
-    model in a subfolder, a vision projector and a split model missing shards; and a
-    gated twin."""
+    model in a subfolder, a vision projector and a split model missing shards; a gated
+    twin; and a repo without GGUF files (for the search's ``filter=gguf``)."""
     files = {
         "demo-Q4_K_M.gguf": served(gemma, sha256=GEMMA.sha256),
         "demo-Q4_1.gguf": served(smollm, sha256=SMOLLM.sha256),
@@ -195,8 +203,13 @@ def make_hub(gemma: Path, smollm: Path, shards: list[Path]) -> FakeHub:
     }
     return FakeHub(
         repos={
-            REPO: Repo(files),
-            "ggtune-test/gated-GGUF": Repo({"m-Q4_1.gguf": files["demo-Q4_1.gguf"]}, gated=True),
+            REPO: Repo(files, downloads=1200, likes=7),
+            "ggtune-test/gated-GGUF": Repo(
+                {"m-Q4_1.gguf": files["demo-Q4_1.gguf"]}, gated=True, downloads=40, likes=1
+            ),
+            "ggtune-test/demo-safetensors": Repo(
+                {"model.safetensors": served(shards[1])}, downloads=9000, likes=30
+            ),
         }
     )
 
@@ -272,7 +285,9 @@ class _Handler(BaseHTTPRequestHandler):
             status, headers = self.hub.fail[path]
             self._send(status, b'{"error": "nope"}', headers)
             return
-        if path.startswith("/api/models/"):
+        if path == "/api/models":
+            self._search(urllib.parse.parse_qs(split.query))
+        elif path.startswith("/api/models/"):
             self._api(path.removeprefix("/api/models/"), urllib.parse.parse_qs(split.query))
         elif path.startswith("/cdn/"):
             f = self.hub.by_sha(path.removeprefix("/cdn/"))
@@ -353,6 +368,37 @@ class _Handler(BaseHTTPRequestHandler):
             nxt = f"{self.hub.endpoint}/api/models/{repo_id}/tree/{rev}?{q}"
             headers["Link"] = f'<{nxt}>; rel="next"'
         self._json(page, headers)
+
+    def _search(self, query: dict[str, list[str]]) -> None:
+        words = " ".join(query.get("search", [])).lower().split()
+        gguf = "gguf" in query.get("filter", [])
+        found = [
+            (repo_id, repo)
+            for repo_id, repo in self.hub.repos.items()
+            if all(w in repo_id.lower() for w in words)
+            and (not gguf or any(p.lower().endswith(".gguf") for p in repo.files))
+        ]
+        key = query.get("sort", [""])[0]
+        if key in ("downloads", "likes"):
+            most_first = query.get("direction", ["1"])[0] == "-1"
+            found.sort(key=lambda item: getattr(item[1], key), reverse=most_first)
+        limit = int(query.get("limit", ["1000"])[0])
+        self._json(
+            [
+                {
+                    "_id": f"66f0{i:04d}",
+                    "id": repo_id,
+                    "likes": repo.likes,
+                    "private": False,
+                    "downloads": repo.downloads,
+                    "gated": "manual" if repo.gated else False,
+                    "tags": ["gguf"] if gguf else [],
+                    "library_name": "gguf" if gguf else None,
+                    "lastModified": "2025-01-01T00:00:00.000Z",
+                }
+                for i, (repo_id, repo) in enumerate(found[:limit])
+            ]
+        )
 
     def _resolve(self, path: str) -> None:
         m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)

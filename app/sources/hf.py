@@ -68,6 +68,7 @@ from app.model.gguf_reader import Header, ModelFile, TensorInfo
 from app.sources.refs import (
     RepoRef,
     hub_endpoint,
+    is_repo_id,
     is_url,
     on_hub,
     parse_repo,
@@ -84,6 +85,7 @@ from app.sources.remote import (
 __all__ = [
     "DownloadProgress",
     "HubFile",
+    "HubRepo",
     "ModelEntry",
     "RemoteModel",
     "RepoListing",
@@ -95,6 +97,7 @@ __all__ = [
     "read_entry",
     "read_models",
     "read_url_model",
+    "search_models",
 ]
 
 CHUNK_BYTES: Final = 1 << 20
@@ -354,6 +357,108 @@ def list_repo(
     return RepoListing(
         ref.repo_id, ref.revision, commit, endpoint, models, extras, (*issues, *group_issues)
     )
+
+
+# --------------------------------------------------------------------------- search
+
+SEARCH_LIMIT: Final = 30
+"""Repos a search returns unless asked for another number."""
+
+MAX_SEARCH_LIMIT: Final = 100
+"""Most repos one search asks for (one page of the hub's answer)."""
+
+MAX_SEARCH_CHARS: Final = 200
+"""Longest search text sent (the hub matches words in repo ids; longer finds nothing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HubRepo:
+    """One repo a search found: ``repo_id`` ("org/name"), its ``downloads`` (the hub's
+    count over the last 30 days) and ``likes`` (None where the answer gave no number),
+    ``gated`` (True when access must be asked for) and ``last_modified`` (the hub's ISO
+    time, "" when not given)."""
+
+    repo_id: str
+    downloads: int | None
+    likes: int | None
+    gated: bool = False
+    last_modified: str = ""
+
+
+def _count(value: object) -> int | None:
+    """Return a count from the hub's answer, None unless a non-negative int."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def search_models(
+    words: str,
+    *,
+    limit: int = SEARCH_LIMIT,
+    token: str | None = None,
+    timeout_s: float = TIMEOUT_S,
+) -> tuple[HubRepo, ...]:
+    """Return the repos with GGUF files whose id matches ``words``, most downloaded first.
+
+    One request, as huggingface_hub's ``HfApi.list_models(search=..., filter="gguf",
+    sort="downloads", direction=-1, limit=...)`` makes it::
+
+        GET {endpoint}/api/models?search=WORDS&filter=gguf&sort=downloads&direction=-1&limit=N
+            -> [{"id": "org/name", "downloads": 123, "likes": 4, "gated": false, ...}]
+
+    Only the first page is read (``limit`` at most :data:`MAX_SEARCH_LIMIT`). Entries
+    that are not a repo id the hub would give (``org/name``) are skipped, as are
+    repeats; a count that is not a number is None. Raise
+    :class:`~app.errors.RemoteError` subclasses: offline, rate limited, an answer that
+    is not a list of repos, or a search text that is empty or longer than
+    :data:`MAX_SEARCH_CHARS` characters (nothing is sent then).
+    """
+    endpoint = hub_endpoint()
+    where = f"{endpoint}/api/models"
+    text = " ".join(words.split())
+    if not text:
+        raise RemoteError(where, "type a few words to search for (e.g. qwen3 8b)")
+    if len(text) > MAX_SEARCH_CHARS:
+        raise RemoteError(
+            where, f"the search text has {len(text)} characters; at most {MAX_SEARCH_CHARS}"
+        )
+    assert 1 <= limit <= MAX_SEARCH_LIMIT, f"limit must be 1 to {MAX_SEARCH_LIMIT}, got {limit}"
+    token = token if token is not None else hub_token()
+    query = urllib.parse.urlencode(
+        {
+            "search": text,
+            "filter": "gguf",
+            "sort": "downloads",
+            "direction": "-1",
+            "limit": str(limit),
+        }
+    )
+    data, _next = _get_json(f"{where}?{query}", token, timeout_s)
+    if not isinstance(data, list):
+        raise RemoteError(where, "the hub's search answer is not a list of repos")
+    found: list[HubRepo] = []
+    seen: set[str] = set()
+    for item in data:
+        if len(found) >= limit:
+            break
+        if not isinstance(item, dict):
+            continue
+        repo_id = item.get("id", item.get("modelId"))
+        if not isinstance(repo_id, str) or not is_repo_id(repo_id) or repo_id in seen:
+            continue
+        seen.add(repo_id)
+        modified = item.get("lastModified")
+        found.append(
+            HubRepo(
+                repo_id=repo_id,
+                downloads=_count(item.get("downloads")),
+                likes=_count(item.get("likes")),
+                gated=item.get("gated") not in (None, False, "false", ""),
+                last_modified=modified[:40] if isinstance(modified, str) else "",
+            )
+        )
+    return tuple(found)
 
 
 def _host_of(url: str) -> str:

@@ -91,6 +91,12 @@ def parse_repo(text: str) -> RepoRef:
     return _checked(RepoRef(rest.strip("/"), revision or DEFAULT_REVISION, selector or None), raw)
 
 
+def is_repo_id(text: str) -> bool:
+    """Return whether ``text`` is a repo id as the hub writes one (``org/name``, at most
+    200 characters)."""
+    return len(text) <= 200 and _REPO_ID.fullmatch(text) is not None
+
+
 def _checked(ref: RepoRef, raw: str) -> RepoRef:
     if not _REPO_ID.match(ref.repo_id):
         raise RemoteNotFoundError(
