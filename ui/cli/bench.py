@@ -34,6 +34,7 @@ from app.measured.bench_result import (
     result_to_dict,
 )
 from app.measured.results_db import ResultsDB, StoredRun, quick_file_hash
+from app.model.facts import offloaded_text
 from app.predict.estimate import estimate
 from app.sources.reading import load_model_spec
 from app.units import format_bytes
@@ -179,9 +180,10 @@ def _print_result(result: BenchResult, gaps: tuple[MemoryGap, ...]) -> None:
     s = result.settings
     mem = result.memory
     print(f"{result.model_name} — {os.path.basename(result.model_path)}")
+    layers = offloaded_text(result.engine.offloaded_layers, result.engine.n_layer)
     print(
-        f"  {result.backend}, {result.offloaded_layers[0]}/{result.offloaded_layers[1]} layers "
-        f"offloaded, {result.n_threads} threads; context {result.engine.n_ctx:,} cells, batch "
+        f"  {result.backend}, {layers}, {result.n_threads} threads; context "
+        f"{result.engine.n_ctx:,} cells, batch "
         f"{result.engine.n_batch}/{result.engine.n_ubatch}, flash attention "
         f"{'on' if result.engine.flash_attn else 'off'}, KV {s.cache_type_k}/{s.cache_type_v}"
     )

@@ -20,7 +20,7 @@ from pytestqt.qtbot import QtBot
 
 from app.hardware.devices import Hardware, planned_hardware
 from app.model.catalog import CATALOG_DIR, catalog_header, load_entry
-from app.model.facts import gpu_layers_text, kv_bytes_per_token
+from app.model.facts import gpu_layers_text, kv_bytes_per_token, offloaded_text
 from app.model.quant import simulate_quant
 from app.model.spec import model_spec
 from app.planning.options import quant_options
@@ -202,6 +202,18 @@ def test_gpu_layers_text_matches_llama_cpp() -> None:
     assert gpu_layers_text(48, 62) == "47 of 62 layers + output"
     assert gpu_layers_text(1, 62) == "the output layer only"
     assert gpu_layers_text(0, 62) == "none (all 62 layers on the CPU)"
+
+
+def test_verifys_offloaded_count_says_the_sliders_words() -> None:
+    """llama.cpp logs "offloaded N/M layers to GPU" with N = min(ngl, n_layer + 1) and M =
+    n_layer + 1 (src/llama-model.cpp, load_tensors): Verify says it in the words the
+    GPU-layers slider uses for the same -ngl, and a CPU-only build as the slider does."""
+    n_layer = 18
+    for ngl in range(n_layer + 3):
+        logged = (min(ngl, n_layer + 1), n_layer + 1)
+        assert offloaded_text(logged, n_layer) == "GPU layers: " + gpu_layers_text(ngl, n_layer)
+    assert offloaded_text((0, 19), 18) == "GPU layers: none (all 18 layers on the CPU)"
+    assert offloaded_text(None, 18) == "no GPU: all 18 layers on the CPU"
 
 
 BARE_NUMBER = re.compile(r"^[~≈+−-]?\d[\d,.]*$")

@@ -4,6 +4,7 @@ nothing is mocked."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,7 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QSettings, Qt
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QApplication, QMessageBox
 from pytestqt.qtbot import QtBot
 
 from app.hardware.devices import Hardware
@@ -191,7 +192,7 @@ def test_quick_benchmark_measures_stores_and_shows_history(
     stored = ResultsDB(db_path).runs(model_hash=quick_file_hash(smollm_path))
     assert [r.id for r in stored] == [outcome.run_id]
     assert panel.status.text().startswith("Done:")
-    assert f"run #{outcome.run_id}" in panel.status.text()
+    assert "saved to this model's history (1 benchmark)" in panel.status.text()
     qtbot.waitUntil(lambda: panel.history_model.rowCount() == 1, timeout=10_000)
     assert panel.history_model.index(0, 0).data(Qt.ItemDataRole.UserRole) == outcome.run_id
     assert panel.history_model.index(0, 1).data() == "custom"
@@ -200,6 +201,43 @@ def test_quick_benchmark_measures_stores_and_shows_history(
     assert not panel.banner.isVisible()
     assert panel.bench_button.isEnabled()
     assert not window.verify.running
+
+
+def test_a_stored_run_is_counted_in_the_models_history_and_the_layers_are_in_words(
+    qtbot: QtBot, qsettings: QSettings, smollm_path: Path, tmp_path: Path
+) -> None:
+    """The status says how many runs of this model the history holds, never the database's
+    row id (which counts every model's runs), and llama.cpp's "offloaded 0/31" in words."""
+    db_path = tmp_path / "results.sqlite3"
+    window = bench_window(qtbot, qsettings, smollm_path, db_path, TINY_PLAN)
+    panel = window.verify_panel
+    with qtbot.waitSignal(window.verify.benchmark_finished, timeout=ENGINE_TIMEOUT_MS) as done:
+        qtbot.mouseClick(panel.bench_button, Qt.MouseButton.LeftButton)
+    first = done.args[0]
+    assert "(1 benchmark)" in panel.status.text()
+    # another model's run lands in the same database: the row ids run ahead of the count
+    ResultsDB(db_path).add(first.result, model_hash="1:another-model")
+    with qtbot.waitSignal(window.verify.benchmark_finished, timeout=ENGINE_TIMEOUT_MS) as done:
+        qtbot.mouseClick(panel.bench_button, Qt.MouseButton.LeftButton)
+    second = done.args[0]
+    assert second.run_id == 3
+    assert second.history_runs == 2
+    text = panel.status.text()
+    assert "saved to this model's history (2 benchmarks)" in text
+    assert "#" not in text
+    qtbot.waitUntil(lambda: panel.history_model.rowCount() == 2, timeout=10_000)
+    assert panel.history_label.text().endswith("(2, newest first):")
+    # the layers as the slider and the model card say them, not llama.cpp's "0/31"
+    engine = second.result.engine
+    n = engine.n_layer
+    assert f"/{n + 1}" not in text
+    if engine.offloaded_layers is None:  # a CPU-only build of llama.cpp
+        assert f"no GPU: all {n} layers on the CPU" in text
+    else:
+        assert "GPU layers: " in text
+    # the history's dates as people write them
+    date = panel.history_model.index(0, 0).data()
+    assert re.fullmatch(r"\d{1,2} [A-Z][a-z]{2} \d{4}, \d\d:\d\d UTC", date), date
 
 
 def test_history_lists_stored_runs_when_the_tab_opens(
@@ -244,6 +282,38 @@ def test_cancel_mid_benchmark_ends_the_child(
     assert not panel.banner.isVisible()
     assert ResultsDB(db_path).runs() == []  # nothing stored
     # the no-leftover-children check of conftest.py runs after this test too
+
+
+def test_a_second_space_does_not_cancel_and_esc_does(
+    qtbot: QtBot, qsettings: QSettings, smollm_path: Path, tmp_path: Path
+) -> None:
+    """Space starts a run from its button; the focus must then not sit on Cancel (a second
+    Space, or a held key's repeat, would stop the run at once); Esc still cancels."""
+    window = bench_window(qtbot, qsettings, smollm_path, tmp_path / "r.sqlite3", LONG_PLAN)
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
+    panel = window.verify_panel
+    window.tabs.setCurrentWidget(panel)
+    panel.bench_button.setFocus(Qt.FocusReason.TabFocusReason)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is panel.bench_button, timeout=5_000)
+    with qtbot.waitSignal(window.verify.running_changed, timeout=15_000) as started:
+        qtbot.keyClick(panel.bench_button, Qt.Key.Key_Space)
+    assert started.args == [True]
+    focused = QApplication.focusWidget()
+    assert focused is not None, "the focus left the window"
+    assert focused is not panel.cancel_button
+    assert focused.isEnabled()
+    assert panel.isAncestorOf(focused)  # still on the Verify tab, where the run shows
+    qtbot.keyClick(focused, Qt.Key.Key_Space)  # the second Space
+    assert window.verify.running
+    assert not panel.status.text().startswith("Cancelling")
+    thread = window.verify.dry_run_thread
+    assert thread is not None
+    qtbot.waitUntil(lambda: thread.pid is not None, timeout=10_000)
+    with qtbot.waitSignal(window.verify.cancelled, timeout=30_000):
+        qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_Escape)
+    assert panel.status.text().startswith("Cancelled")
+    assert QApplication.focusWidget() is panel.bench_button  # back where the run began
 
 
 def test_benchmark_failure_is_a_banner_with_the_cause_and_the_app_stays_up(

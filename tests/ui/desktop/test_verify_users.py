@@ -23,6 +23,7 @@ from app.hardware.kernels import cached_rates
 from app.measured.results_db import ResultsDB, quick_file_hash
 from app.measured.users_result import Slo, UsersPlan, served_users
 from app.predict.speed import SpeedFactors
+from app.units import format_when
 from ui.desktop.main_window import MainWindow
 from ui.desktop.verify.users_plot import UsersPoint, describe
 from ui.desktop.verify.users_run import users_counts
@@ -144,6 +145,7 @@ def test_users_run_shows_measured_beside_predicted_and_stores_it(
     assert ("calibrated on " in text) is calibrated
     assert ("not calibrated" in text) is not calibrated
     assert panel.status.text().startswith("Done: 2 rounds of 16-token prompts")
+    assert panel.status.text().endswith(" · saved to this model's history (1 Users run)")
     # the kernels were timed for this model (once) and cached for this machine
     rates = cached_rates(machine_key(probe_host()), outcome.result.n_threads)
     assert rates is not None
@@ -180,8 +182,8 @@ def test_users_run_shows_measured_beside_predicted_and_stores_it(
     assert shown.stored.id == outcome.run_id
     assert shown.outcome is None
     text = html.unescape(shown.answer.text())
-    assert f"Measured {shown.stored.created_at[:10]}:</b> {outcome.answer}" in text
-    assert f"stored load test #{outcome.run_id}" in text
+    assert f"Measured {format_when(shown.stored.created_at)}:</b> {outcome.answer}" in text
+    assert "load test #" not in text  # the database's row id means nothing to a user
     stored_model = shown.table_model
     assert stored_model.rowCount() == 2
     for row, s in enumerate(outcome.measured):

@@ -38,6 +38,7 @@ from runner.worker import Event, StepEvent
 from ui.desktop.shared.jobs import run_job
 from ui.desktop.shared.model_card import CATALOG_NO_FILE, LoadedModel, describe_error
 from ui.desktop.verify.rows import (
+    HISTORY_LIMIT,
     BenchmarkOutcome,
     EngineFailure,
     RunKind,
@@ -50,9 +51,6 @@ from ui.desktop.verify.users_run import UsersOutcome, UsersThread, users_counts
 
 LOAD_SHARE: Final = 30
 """Percent of the benchmark's progress bar given to loading the model; the steps share the rest."""
-
-
-HISTORY_LIMIT: Final = 50
 
 
 class VerifyController(QObject):

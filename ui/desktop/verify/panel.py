@@ -28,6 +28,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
+    QApplication,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -46,9 +47,11 @@ from ui.desktop.shared.banner import MessageBanner
 from ui.desktop.shared.model_card import CATALOG_NO_FILE, LoadedModel
 from ui.desktop.verify.controller import VerifyController
 from ui.desktop.verify.rows import (
+    HISTORY_LIMIT,
     BenchmarkOutcome,
     EngineFailure,
     VerifyResult,
+    saved_text,
 )
 from ui.desktop.verify.tables import ComparisonTableModel, HistoryTableModel
 from ui.desktop.verify.users_run import UsersOutcome
@@ -112,6 +115,8 @@ class VerifyPanel(QWidget):
         self.cancel_button.setShortcut("Esc")
         self.cancel_button.setEnabled(False)
         self.cancel_button.clicked.connect(controller.cancel)
+        self._started_by = self.run_button
+        """The button of the run under way (or the last one): the focus goes back to it."""
         self.progress = QProgressBar()
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
@@ -247,7 +252,21 @@ class VerifyPanel(QWidget):
         self.users_button.setEnabled(not running and not self._no_file)
         self.cancel_button.setEnabled(running)
 
+    def _run_button(self, kind: str | None) -> QPushButton:
+        """Return the button that starts a ``kind`` run."""
+        if kind == "benchmark":
+            return self.bench_button
+        return self.users_button if kind == "users" else self.run_button
+
     def _on_controller_running_changed(self, running: bool) -> None:
+        focus = QApplication.focusWidget()
+        if running:
+            self._started_by = self._run_button(self._controller.kind)
+            if focus is None or focus in (self.run_button, self.bench_button, self.users_button):
+                # The button pressed is disabled now; left to Qt, the focus would move on to
+                # Cancel, and a second Space (or a held key's repeat) would stop the run at
+                # once. It goes to the results the run fills; Esc (or a click) cancels.
+                self.results.setFocus(Qt.FocusReason.OtherFocusReason)
         self._update_buttons()
         bench = self._controller.kind in ("benchmark", "users")
         self.progress.setRange(0, 100 if bench else (0 if running else 1))
@@ -259,9 +278,9 @@ class VerifyPanel(QWidget):
             if self._controller.kind == "users":  # the run's own tab, from the start
                 self.results.setCurrentWidget(self.users_view)
             self.status.setText("Starting llama.cpp…")
-            self.cancel_button.setFocus()
-        else:
-            self.run_button.setFocus()
+        elif focus is None or focus is self.cancel_button or self.results.isAncestorOf(focus):
+            # back to the button the run began from, unless the user moved on meanwhile
+            self._started_by.setFocus(Qt.FocusReason.OtherFocusReason)
 
     def _on_controller_step(self, label: str) -> None:
         self.status.setText(label[:1].upper() + label[1:] + "…")
@@ -278,7 +297,7 @@ class VerifyPanel(QWidget):
     def _on_controller_benchmark_finished(self, outcome: BenchmarkOutcome) -> None:
         self.table_model.set_rows(outcome.rows)
         self.results.setCurrentWidget(self.table)
-        stored = "" if outcome.run_id is None else f" · stored as run #{outcome.run_id}"
+        stored = saved_text(outcome.history_runs, "benchmark")
         self.status.setText(f"Done: {outcome.summary}{stored}")
         if outcome.store_error:
             self.banner.show_message(f"Benchmark done, but {outcome.store_error}.")
@@ -287,7 +306,7 @@ class VerifyPanel(QWidget):
         self.users_view.set_outcome(outcome)
         self.results.setCurrentWidget(self.users_view)
         r = outcome.result
-        stored = "" if outcome.run_id is None else f" · stored as load test #{outcome.run_id}"
+        stored = saved_text(outcome.history_runs, "Users run")
         self.status.setText(
             f"Done: {len(r.rounds)} rounds of {r.plan.n_prompt}-token prompts and "
             f"{r.plan.n_gen} tokens each, users arriving {r.plan.arrivals.describe()}, "
@@ -311,7 +330,8 @@ class VerifyPanel(QWidget):
         self.history_model.set_rows(runs)
         n = len(runs)
         if n:
-            text = f"Past benchmarks of this model on any machine ({n}, newest first):"
+            count = f"the newest {n}" if n >= HISTORY_LIMIT else f"{n}, newest first"
+            text = f"Past benchmarks of this model on any machine ({count}):"
         elif self._no_file:
             text = "Past benchmarks of this model: none (a catalog model has no file)."
         else:

@@ -9,7 +9,7 @@ give the one-line verdicts. :class:`EngineFailure` is a run that failed, in word
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 from app.errors import GGTuneError
 from app.hardware.devices import Hardware
@@ -20,10 +20,11 @@ from app.measured.bench_result import (
     compare_memory,
 )
 from app.measured.engine_report import EngineReport
+from app.model.facts import offloaded_text
 from app.model.spec import ModelSpec
 from app.predict.estimate import MemoryEstimate
 from app.predict.speed import SpeedFactors, predict_speed
-from app.units import format_mib
+from app.units import format_mib, plural
 
 RunKind = Literal["dry_run", "benchmark", "users"]
 
@@ -82,6 +83,27 @@ class SpeedRow:
 TableRow = ComparisonRow | SpeedRow
 
 
+HISTORY_LIMIT: Final = 50
+"""The most past runs of a model read (and listed) at once."""
+
+
+def saved_text(n_runs: int | None, noun: str) -> str:
+    """Return where a run was stored, in words: " · saved to this model's history (3
+    benchmarks)" (``n_runs`` of the model stored, this one included); "" when it was not
+    stored (``None``). The database's row id means nothing to a user (it counts every
+    model's runs), so it is not shown.
+
+    >>> saved_text(1, "benchmark"), saved_text(None, "benchmark")
+    (" · saved to this model's history (1 benchmark)", '')
+    >>> saved_text(HISTORY_LIMIT, "Users run")
+    " · saved to this model's history (50 or more Users runs)"
+    """
+    if n_runs is None:
+        return ""
+    count = f"{HISTORY_LIMIT} or more {noun}s" if n_runs >= HISTORY_LIMIT else plural(n_runs, noun)
+    return f" · saved to this model's history ({count})"
+
+
 @dataclass(frozen=True, slots=True)
 class VerifyResult:
     """A finished dry run: the rows, and what was run, in words."""
@@ -95,7 +117,9 @@ class VerifyResult:
 class BenchmarkOutcome:
     """A finished benchmark: the rows (memory, then speed), a summary, and where it is stored.
 
-    ``run_id`` is the results database's id (None when storing failed: ``store_error``).
+    ``run_id`` is the results database's id (None when storing failed: ``store_error``);
+    ``history_runs`` how many benchmarks of this model are stored now, this one included
+    (up to :data:`HISTORY_LIMIT`; None when it was not stored).
     """
 
     rows: tuple[TableRow, ...]
@@ -103,6 +127,7 @@ class BenchmarkOutcome:
     result: BenchResult
     run_id: int | None
     store_error: str | None = None
+    history_runs: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,9 +228,9 @@ def benchmark_rows(
 
 def summarize_benchmark(result: BenchResult) -> str:
     """Return what the benchmark ran, in one line."""
-    on, of = result.offloaded_layers
+    layers = offloaded_text(result.engine.offloaded_layers, result.engine.n_layer)
     return (
-        f"{result.model_name} · {result.backend}, {on}/{of} layers offloaded, "
+        f"{result.model_name} · {result.backend}, {layers}, "
         f"{result.n_threads} threads · load {result.load_s:.2f} s · {result.plan.mode} plan, "
         f"{result.plan.repetitions} run(s) per test, {result.duration_s:.1f} s in all"
     )

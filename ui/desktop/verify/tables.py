@@ -12,7 +12,7 @@ from PySide6.QtCore import (
 
 from app.measured.results_db import StoredRun
 from app.measured.users_result import RoundSummary
-from app.units import format_mib
+from app.units import format_mib, format_when
 from ui.desktop.shared.record_table import RIGHT, RecordTableModel
 from ui.desktop.verify.rows import (
     SpeedRow,
@@ -72,7 +72,7 @@ class HistoryTableModel(RecordTableModel[StoredRun]):
         if role == Qt.ItemDataRole.DisplayRole:
             n_ctx = run.settings.get("n_ctx")
             cells = (
-                run.created_at.replace("T", " ")[:16],
+                format_when(run.created_at),
                 run.mode,
                 f"{n_ctx:,}" if isinstance(n_ctx, int) else "?",
                 "—" if run.pp_tok_per_s is None else f"{run.pp_tok_per_s:.1f}",

@@ -30,6 +30,7 @@ from runner.benchmark import Benchmark
 from runner.dry_run import DryRun
 from ui.desktop.shared.model_card import LoadedModel, describe_error
 from ui.desktop.verify.rows import (
+    HISTORY_LIMIT,
     BenchmarkOutcome,
     benchmark_rows,
     summarize_benchmark,
@@ -146,15 +147,19 @@ class BenchmarkThread(QThread):
             return
         run_id: int | None = None
         store_error: str | None = None
+        history: int | None = None
         if job.db is not None:
             try:
-                run_id = job.db.add(result, model_hash=quick_file_hash(result.model_path))
+                model_hash = quick_file_hash(result.model_path)
+                run_id = job.db.add(result, model_hash=model_hash)
                 for moved in job.db.set_aside:
                     store_error = f"{moved.reason}; it was kept as {moved.path}"
+                # what the history below will list (the same query, the same limit)
+                history = len(job.db.runs(model_hash=model_hash, limit=HISTORY_LIMIT))
             except Exception as err:  # sqlite3, a full disk: the run itself is fine
                 store_error = f"the run was not stored: {describe_error(err)}"
         summary = summarize_benchmark(result)
-        self.succeeded.emit(BenchmarkOutcome(rows, summary, result, run_id, store_error))
+        self.succeeded.emit(BenchmarkOutcome(rows, summary, result, run_id, store_error, history))
 
 
 def make_dry_run(path: str, settings: Settings, on_event: object) -> DryRun:

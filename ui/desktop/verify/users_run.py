@@ -29,6 +29,7 @@ from runner.benchmark import physical_cores
 from runner.load_test import LoadTest
 from ui.desktop.shared.model_card import LoadedModel, describe_error
 from ui.desktop.shared.speed import load_speed_factors
+from ui.desktop.verify.rows import HISTORY_LIMIT
 
 USERS_TIMEOUT_S: Final = 600.0
 """Per load-test step (loading, each round)."""
@@ -69,6 +70,9 @@ class UsersOutcome:
     run_id: int | None
     store_error: str | None
     calibrated: bool = False
+    history_runs: int | None = None
+    """How many Users runs of this model are stored now, this one included (up to
+    :data:`~ui.desktop.verify.rows.HISTORY_LIMIT`; None when it was not stored)."""
 
 
 class UsersThread(QThread):
@@ -146,11 +150,12 @@ class UsersThread(QThread):
             return
         run_id: int | None = None
         store_error: str | None = None
+        history: int | None = None
         if self._db is not None:
             try:
-                run_id = self._db.add_users(
-                    result, model_hash=quick_file_hash(result.model_path), slo=self._slo
-                )
+                model_hash = quick_file_hash(result.model_path)
+                run_id = self._db.add_users(result, model_hash=model_hash, slo=self._slo)
+                history = len(self._db.users_runs(model_hash=model_hash, limit=HISTORY_LIMIT))
             except Exception as err:  # sqlite3, a full disk: the run itself is fine
                 store_error = f"the run was not stored: {describe_error(err)}"
         measured = result.summaries(self._slo)
@@ -166,6 +171,7 @@ class UsersThread(QThread):
                 run_id,
                 store_error,
                 self._factors.n_measurements > 0,
+                history,
             )
         )
 

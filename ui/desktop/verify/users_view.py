@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from app.measured.results_db import StoredUsersRun
 from app.measured.users_result import RoundSummary, Slo
+from app.units import format_when
 from ui.desktop.shared.speed import USERS_SLO, basis_text
 from ui.desktop.verify.tables import UsersTableModel, users_rows
 from ui.desktop.verify.users_plot import UsersPlotWidget, plot_points, predicted_curve
@@ -81,9 +82,9 @@ def stored_html(run: StoredUsersRun, slo: Slo) -> str:
         else "its plan unknown"
     )
     return (
-        f"<b>Measured {html.escape(run.created_at[:10])}:</b> "
+        f"<b>Measured {html.escape(format_when(run.created_at))}:</b> "
         f"{html.escape(str(r.get('answer', '')))}<br>"
-        f"<small>SLO: {html.escape(slo.describe())} · stored load test #{run.id} · "
+        f"<small>SLO: {html.escape(slo.describe())} · "
         f"{html.escape(str(r.get('model_name', run.model_file)))}, {html.escape(what)}, "
         f"{r.get('n_threads', '?')} threads. Press <b>Users</b> to measure again with the "
         "prediction beside it.</small>"
