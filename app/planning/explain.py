@@ -24,7 +24,7 @@ from app.errors import GGTuneError
 from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
 from app.planning.options import own_quant_name
-from app.predict.estimate import MemoryEstimate, estimate
+from app.predict.estimate import MemoryEstimate, estimate, place_layers
 from app.predict.speed import SpeedFactors, predict_speed, workload
 from app.settings import CacheType, Settings
 from app.units import format_bytes, format_tps, speed_depth
@@ -115,6 +115,11 @@ class ExplainFacts:
     bytes_per_token_read: float
     bandwidth_bytes_per_s: float
     decode_tok_per_s: float | None
+    tied_copy_bytes: int = 0
+    """The second copy of a shared (tied) token embedding: the output layer's, on the GPU
+    named ``tied_copy_device`` (0 when the model has its own output weights, or its output
+    layer stays on the CPU): :func:`tied_output_copy`."""
+    tied_copy_device: str = ""
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -183,6 +188,33 @@ def _graph_bytes(est: MemoryEstimate | None) -> int | None:
     if est is None:
         return None
     return max((d.compute_bytes for d in est.devices), default=0)
+
+
+def tied_output_copy(spec: ModelSpec, settings: Settings, hardware: Hardware) -> tuple[int, str]:
+    """Return the bytes and the GPU of the output layer's own copy of a tied token
+    embedding, or ``(0, "")`` when there is none.
+
+    A model with tied embeddings (Gemma, Qwen3's small sizes, SmolLM2) has no
+    ``output.weight``: its output layer reuses ``token_embd.weight`` (``src/models/gemma3.cpp``,
+    ``load_arch_tensors``: ``create_tensor(tn(LLM_TENSOR_TOKEN_EMBD, "weight"), …,
+    TENSOR_DUPLICATED)``). The input layer always stays on the CPU (``src/llama-model.cpp``,
+    ``load_tensors``: ``dev_input = { cpu_dev, … }``, "very little benefit to offloading
+    the input layer") while the output layer goes to a GPU with the first ``-ngl`` layer
+    (``dev_output = get_layer_buft_list(n_layer_all)``). A duplicated tensor is only shared
+    when it lands in the same buffer type (``src/llama-model-loader.cpp``, ``create_tensor``:
+    ``ggml_get_tensor(ctx, …)`` else ``ggml_dup_tensor`` and ``size_data += ggml_nbytes``),
+    so with the output layer on a GPU the table is held twice, once in system RAM and once
+    on that GPU, as :func:`app.predict.estimate.estimate` counts it.
+    """
+    if not spec.tied_embeddings:
+        return 0, ""
+    embd = next((t for t in spec.tensors if t.name == "token_embd.weight"), None)
+    if embd is None:
+        return 0, ""
+    out = place_layers(spec, settings, hardware).output_device
+    if out < 0:
+        return 0, ""
+    return embd.n_bytes, hardware.gpus[out].name
 
 
 def explain_facts(
@@ -255,6 +287,7 @@ def explain_facts(
         return sum(int(getattr(d, field)) for d in est.devices)
 
     full_layers = full.n_layers if full else 0
+    tied_bytes, tied_device = tied_output_copy(spec, settings, hardware)
     return ExplainFacts(
         name=spec.name or spec.arch,
         n_params=spec.n_params,
@@ -300,6 +333,8 @@ def explain_facts(
         bytes_per_token_read=bytes_read,
         bandwidth_bytes_per_s=bandwidth,
         decode_tok_per_s=decode,
+        tied_copy_bytes=tied_bytes,
+        tied_copy_device=tied_device,
     )
 
 
@@ -401,23 +436,47 @@ def _quant_paragraph(f: ExplainFacts, fp16: int) -> str:
     )
 
 
+def _tied_paragraph(f: ExplainFacts) -> str:
+    """Why the weights in memory are more than the file's: the tied embedding, twice."""
+    gpu = f"the GPU ({f.tied_copy_device})" if f.tied_copy_device else "the GPU"
+    extra = f.weights_bytes - f.weights_file_bytes
+    lead = (
+        f"The weights take {_size(f.weights_bytes)} in memory, {_size(extra)} more than "
+        f"their own {_size(f.weights_file_bytes)}, because one table is loaded twice. "
+        if extra > 0
+        else "One table of the weights is loaded twice. "
+    )
+    return (
+        lead + "This model uses the same table of token vectors (its token embedding, "
+        f"{_size(f.tied_copy_bytes)}) on the way in, to turn each token into numbers, and "
+        "on the way out, to score every word of its vocabulary. llama.cpp always keeps the "
+        "way in on the CPU, in system RAM, and the way out belongs to the output layer, "
+        f"which runs on {gpu}; so the GPU gets its own copy of the table."
+    )
+
+
 def _weights(f: ExplainFacts) -> Section:
     fp16 = 2 * f.n_params
+    paragraphs = [
+        f"What the model learned is stored as {fmt_count(f.n_params)} numbers called "
+        "weights (or parameters). Every token needs all of them, so they must sit in "
+        "memory the whole time.",
+        _quant_paragraph(f, fp16),
+    ]
+    numbers = [
+        _num("Parameters", f.n_params, f"{fmt_count(f.n_params)} weights"),
+        _num("Bits per weight", f.bits_per_weight, f"{f.bits_per_weight:.2f} bits"),
+        _num("Weights in memory", f.weights_bytes, _size(f.weights_bytes)),
+        _num("At 16 bits", fp16, _size(fp16)),
+    ]
+    if f.tied_copy_bytes:
+        paragraphs.append(_tied_paragraph(f))
+        numbers.insert(3, _num("Held twice", f.tied_copy_bytes, _size(f.tied_copy_bytes)))
     return Section(
         "weights",
         "The weights, and why quantization shrinks them",
-        (
-            f"What the model learned is stored as {fmt_count(f.n_params)} numbers called "
-            "weights (or parameters). Every token needs all of them, so they must sit in "
-            "memory the whole time.",
-            _quant_paragraph(f, fp16),
-        ),
-        (
-            _num("Parameters", f.n_params, f"{fmt_count(f.n_params)} weights"),
-            _num("Bits per weight", f.bits_per_weight, f"{f.bits_per_weight:.2f} bits"),
-            _num("Weights in memory", f.weights_bytes, _size(f.weights_bytes)),
-            _num("At 16 bits", fp16, _size(fp16)),
-        ),
+        tuple(paragraphs),
+        tuple(numbers),
     )
 
 

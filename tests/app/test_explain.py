@@ -20,6 +20,10 @@ from app.predict.estimate import MemoryEstimate, estimate
 from app.predict.speed import predict_speed
 from app.settings import Settings, runner_defaults
 from app.units import format_bytes
+from runner.dry_run import dry_run_many
+from tests.agreement.test_agreement import llama_mib
+from tests.agreement.test_multi_device import device_buffers, hardware_of
+from tests.llama_tools import RpcServers
 
 GIB = 1024**3
 HW = Hardware.cpu_only(32 * GIB, cpu_flags=("avx", "avx2", "f16c", "fma"))
@@ -161,3 +165,89 @@ def test_an_unquantized_model_is_not_said_to_be_smaller_than_itself() -> None:
     assert (
         format_bytes(round(spec.n_params * 4.9 / 8), down_to="bytes") in text
     )  # what Q4_K_M would make it
+
+
+# --- a shared (tied) token embedding, held twice --------------------------------------
+
+
+GPU_24 = Hardware.with_gpus([24 * GIB], cpu_flags=("avx", "avx2", "f16c", "fma"))
+
+
+def _weights_text(spec: ModelSpec, settings: Settings, hardware: Hardware) -> str:
+    est = estimate(spec, settings, hardware)
+    return _text(_section(explain_model(spec, settings, est, hardware), "weights"))
+
+
+def test_a_tied_embedding_on_the_cpu_and_the_gpu_is_explained(gemma: ModelSpec) -> None:
+    """Gemma's output layer reuses the token embedding: with the output layer on a GPU the
+    weights in memory exceed the file by exactly that table, and the words say why."""
+    assert gemma.tied_embeddings
+    settings = _settings(gemma, 4096).replace(n_gpu_layers=-1)
+    est = estimate(gemma, settings, GPU_24)
+    f = explain_facts(gemma, settings, est, GPU_24)
+    embd = next(t for t in gemma.tensors if t.name == "token_embd.weight")
+    assert f.tied_copy_bytes == embd.n_bytes
+    assert f.tied_copy_device == GPU_24.gpus[0].name
+    assert f.weights_bytes - f.weights_file_bytes == embd.n_bytes
+    assert est.device("CPU").weights_bytes == embd.n_bytes  # the input layer's copy
+    text = _weights_text(gemma, settings, GPU_24)
+    assert format_bytes(f.weights_bytes, down_to="bytes") in text
+    assert format_bytes(f.weights_file_bytes, down_to="bytes") in text
+    assert format_bytes(embd.n_bytes, down_to="bytes") in text
+    assert "loaded twice" in text
+    assert "on the CPU" in text
+    assert f"the GPU ({GPU_24.gpus[0].name})" in text
+    # the Gemma 3 27B of the issue: 16.5 GiB shown against a 15.4 GiB file
+    from app.model.catalog import catalog_header
+    from app.model.quant import simulate_quant
+
+    big = simulate_quant(model_spec(catalog_header("gemma-3-27b")), "Q4_K_M").spec
+    text = _weights_text(big, _settings(big, 16384), GPU_24)
+    assert "The weights take 16.5 GiB in memory, 1.1 GiB more than their own 15.4 GiB" in text
+
+
+def test_no_second_copy_no_words(gemma: ModelSpec) -> None:
+    """Output layer on the CPU (no GPU, or -ngl 0): one copy, shared; a model with its own
+    output weights: nothing to explain."""
+    from app.model.catalog import catalog_header
+
+    for spec, settings, hardware in (
+        (gemma, _settings(gemma, 4096), HW),
+        (gemma, _settings(gemma, 4096).replace(n_gpu_layers=0), GPU_24),
+    ):
+        est = estimate(spec, settings, hardware)
+        assert explain_facts(spec, settings, est, hardware).tied_copy_bytes == 0
+        assert "loaded twice" not in _weights_text(spec, settings, hardware)
+    qwen = model_spec(catalog_header("qwen3-8b"))
+    assert not qwen.tied_embeddings
+    settings = _settings(qwen, 4096).replace(n_gpu_layers=-1)
+    est = estimate(qwen, settings, GPU_24)
+    assert explain_facts(qwen, settings, est, GPU_24).tied_copy_bytes == 0
+
+
+@pytest.mark.engine
+def test_llama_cpp_holds_the_tied_embedding_twice(
+    gemma: ModelSpec, gemma_path: Path, rpc_servers: RpcServers
+) -> None:
+    """The oracle: llama.cpp really loads Gemma's token embedding on the CPU and again on the
+    device that holds the output layer (an RPC server is a GPU-class device to it)."""
+    settings = Settings(n_ctx=4096, n_gpu_layers=-1, use_mmap=False)
+    with rpc_servers(1) as servers:
+        (report,) = dry_run_many(
+            str(gemma_path),
+            [settings],
+            mode="alloc",
+            rpc_servers=[s.endpoint for s in servers],
+            timeout_s=300,
+        )
+    hardware = hardware_of(report, 1)
+    est = estimate(gemma, settings, hardware)
+    f = explain_facts(gemma, settings, est, hardware)
+    buffers = device_buffers(report)
+    on_cpu = buffers[("weights", "CPU")]
+    on_gpu = buffers[("weights", f.tied_copy_device)]
+    embd = next(t for t in gemma.tensors if t.name == "token_embd.weight")
+    assert llama_mib(on_cpu) == llama_mib(embd.n_bytes)  # the input layer: the table alone
+    # everything else, and the table again for the output layer
+    assert llama_mib(on_gpu) == llama_mib(gemma.weights_bytes)
+    assert llama_mib(on_cpu + on_gpu - gemma.weights_bytes) == llama_mib(f.tied_copy_bytes)

@@ -10,11 +10,14 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QSettings
 from pytestqt.qtbot import QtBot
 
+from app.hardware.devices import Hardware
 from app.predict.estimate import estimate
 from app.units import format_bytes
 from tests.ui.desktop.test_main_window import TEST_HARDWARE, make_window
 from ui.desktop.explain.panel import ExplainPanel
 from ui.desktop.main_window import MainWindow
+
+GIB = 1024**3
 
 
 def _kv_text(panel: ExplainPanel) -> str:
@@ -96,3 +99,22 @@ def test_settings_that_cannot_run_say_why(qtbot: QtBot, qsettings: QSettings) ->
     s.cache_v.setCurrentIndex(s.cache_v.findData("q8_0"))
     qtbot.waitUntil(lambda: not panel.message.isHidden(), timeout=15_000)
     assert "cannot run" in panel.message.text()
+
+
+def test_a_tied_embedding_held_twice_is_said_on_the_tab(qtbot: QtBot, qsettings: QSettings) -> None:
+    """The demo Gemma on a machine with a GPU: the weights in memory are more than the
+    file's, and the tab says why (the token embedding on the CPU, its copy on the GPU)."""
+    window = make_window(qtbot, qsettings)
+    panel = _show(qtbot, window)
+    assert "loaded twice" not in panel.text.toPlainText()  # CPU only: one copy
+    gpu = Hardware.with_gpus([8 * GIB], cpu_flags=TEST_HARDWARE.host.cpu_flags)
+    window.hardware.set_hardware(gpu, "Test machine: one 8 GiB GPU", "profile")
+    qtbot.waitUntil(lambda: "loaded twice" in panel.text.toPlainText(), timeout=15_000)
+    state = window.estimates.state
+    assert state.estimate is not None
+    assert state.model is not None
+    weights = sum(d.weights_bytes for d in state.estimate.devices)
+    text = panel.text.toPlainText()
+    assert format_bytes(weights, down_to="bytes") in text
+    assert format_bytes(state.model.spec.weights_bytes, down_to="bytes") in text
+    assert f"the GPU ({gpu.gpus[0].name})" in text
