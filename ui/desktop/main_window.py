@@ -20,6 +20,7 @@ from PySide6.QtGui import (
     QCloseEvent,
     QDragEnterEvent,
     QDropEvent,
+    QGuiApplication,
     QKeySequence,
     QShowEvent,
 )
@@ -46,6 +47,7 @@ from ui.desktop.explain.panel import ExplainPanel
 from ui.desktop.export.controller import ExportController
 from ui.desktop.export.panel import ExportPanel
 from ui.desktop.hardware.panel import HardwarePanel
+from ui.desktop.hub.dialog import HubDialog
 from ui.desktop.machines.controller import MachinesController
 from ui.desktop.memory.panel import MemoryPanel
 from ui.desktop.models.controller import ModelController
@@ -153,6 +155,7 @@ class MainWindow(QMainWindow):
         super().__init__()
         self._settings = settings
         self._widen_docks = False  # set when no layout was saved
+        self.hub_dialog: HubDialog | None = None  # made by show_hub
         self.setWindowTitle("ggtune")
         self.setAcceptDrops(True)
         self.setDockNestingEnabled(False)
@@ -278,6 +281,8 @@ class MainWindow(QMainWindow):
         )
         file_menu.addAction(self.open_action)
         file_menu.addAction(self._action("Open the &demo model", None, self.models.open_demo))
+        self.hub_action = self._action("Find on &Hugging Face…", "Ctrl+Shift+F", self.show_hub)
+        file_menu.addAction(self.hub_action)
         file_menu.addSeparator()
         file_menu.addAction(self._action("&Quit", QKeySequence.StandardKey.Quit, self.close))
 
@@ -348,6 +353,22 @@ class MainWindow(QMainWindow):
         )
         if path:
             self.models.open_path(path)
+
+    def show_hub(self) -> None:
+        """Show the Find on Hugging Face window (made on first use), its search focused."""
+        if self.hub_dialog is None:
+            self.hub_dialog = HubDialog(
+                self.estimates, self.memory_panel.speed, self._on_hub_downloaded, self
+            )
+        self.hub_dialog.show()
+        if QGuiApplication.platformName() != "offscreen":  # it has no stacking to change
+            self.hub_dialog.raise_()
+        self.hub_dialog.activateWindow()
+        self.hub_dialog.search_field.setFocus()
+
+    def _on_hub_downloaded(self, path: str) -> None:
+        self.models.open_path(path)
+        self.models.scan_library()  # the Hugging Face cache is one of the library's stores
 
     def start_dry_run(self) -> None:
         """Dry-run the open model with the settings on screen, on this machine."""
@@ -480,6 +501,8 @@ class MainWindow(QMainWindow):
         self.save_window()
         self.verify.wait()
         self.compare_panel.downloads.wait()
+        if self.hub_dialog is not None:
+            self.hub_dialog.downloads.wait()
         super().closeEvent(event)
 
     def start(self) -> None:

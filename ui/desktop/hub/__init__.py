@@ -1,0 +1,1 @@
+"""Find on Hugging Face: search the hub, badge each GGUF file for this hardware, download."""
