@@ -334,17 +334,19 @@ def qwen3moe() -> _Model:
     return m
 
 
-def deepseek2() -> _Model:
+def deepseek2(kv_lora: int = 64, n_rot: int = 16) -> _Model:
     """DeepSeek-V3 in miniature: MLA (q/kv LoRA, decoupled RoPE), 1 dense + 3 MoE layers.
 
     Stored as llama.cpp's converter does since the MLA rework: one KV head whose K is the
     compressed latent + RoPE part (key_length = kv_lora_rank + n_rot) and whose V is the
     latent (value_length = kv_lora_rank); the per-head "decompressed" sizes are
     key_length_mla / value_length_mla, with wk_b / wv_b split out of wkv_b. llama.cpp then
-    caches K only (V is a view of K).
+    caches K only (V is a view of K). ``kv_lora=32, n_rot=32`` makes the K head 64 wide, a
+    multiple of 64 like DeepSeek-V3's 576: llama_kv_cache then turns attn_rot_k on for a
+    quantized K cache, which the MLA graph does not use (tests/agreement/test_compute_graph.py).
     """
     n_layer, n_dense, n_embd, n_head = 4, 1, 128, 4
-    q_lora, kv_lora, n_rot, k_mla, v_mla = 64, 64, 16, 48, 32
+    q_lora, k_mla, v_mla = 64, 48, 32
     n_ff, n_expert, n_expert_used, n_shared, n_ff_exp = 256, 8, 2, 1, 64
     m = _Model(
         "deepseek2",
@@ -684,4 +686,9 @@ _DESCRIBE: dict[str, Callable[[], _Model]] = {
 
 BUILDERS: dict[str, Callable[[Path], None]] = {
     name: _builder(describe) for name, describe in _DESCRIBE.items()
+}
+
+VARIANTS: dict[str, Callable[[Path], None]] = {
+    # not in the zoo every suite runs: each reproduces one effect its zoo model lacks
+    "deepseek2-k64": _builder(partial(deepseek2, kv_lora=32, n_rot=32)),
 }

@@ -449,10 +449,11 @@ def build_deepseek2(lg: LlmGraph, spec: ModelSpec) -> None:
         attn_scale = g.input(ggml.F32, 1, 1, n_tokens, name="inp_attn_scale")
     inp_pos = lg.build_inp_pos()
     inp = lg.build_attn_inp_kv("kv", with_v=not is_mla)
-    if is_mla:
-        lg.add_rot(inp, spec.head_k_full, 0, with_v=False)
-    else:
+    if not is_mla:
         lg.add_rot(inp, head_k, head_v)
+    # MLA takes build_attn_inp_k (src/llama-graph.cpp, build_attn_inp_k_impl), which makes
+    # no attn_inp_k_rot: a quantized K cache of 64-multiple heads (576 in DeepSeek-V3,
+    # Kimi K2) is not rotated although llama_kv_cache logs attn_rot_k = 1
     out_ids = lg.build_inp_out_ids()
     n_layer = spec.n_layer
     n_dense = _int(lg, "leading_dense_block_count")
@@ -1897,6 +1898,9 @@ def build_qwen35(lg: LlmGraph, spec: ModelSpec) -> None:
         inp_l = cur
         lg.layer_done(il, cur)
     cur = lg.build_norm(inp_l, t("output_norm.weight"), None, True, -1)
+    # t_h_nextn: the normed hidden state is a graph output (llama-graph.cpp
+    # llm_graph_result::set_outputs), so ggml-alloc never frees it
+    cur.flags |= ggml.FLAG_OUTPUT
     embd = ggml.get_rows(g, cur, out_ids)
     lg.cb(embd, "result_norm", -1)
     lg.finish(_lm_head(lg, embd), embd)
