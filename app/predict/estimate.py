@@ -18,7 +18,7 @@ from typing import Final, Literal, TypeVar
 
 from app.errors import SettingsError
 from app.hardware.devices import Device, DeviceKind, Hardware
-from app.model.arch_table import COMPUTE_CHECKED_ARCHS
+from app.model.arch_table import COMPUTE_CHECKED_ARCHS, KNOWN_COMPUTE_ERRORS
 from app.model.ggml import GGML_QUANT_SIZES, GGMLQuantizationType
 from app.model.spec import KvStatus, ModelSpec, TensorRole, TensorSpec
 from app.predict.graph.compute import LOCK as GRAPH_LOCK
@@ -190,6 +190,9 @@ class MemoryEstimate:
     compute_known: bool = True
     """Whether the compute-buffer model is checked for this architecture (tests/agreement);
     when False the compute figure is a rough guess and only the engine's figure counts."""
+    compute_error: str = ""
+    """The known miss of this architecture's compute model at real size, when it has one
+    (:data:`app.model.arch_table.KNOWN_COMPUTE_ERRORS`; ``compute_known`` is then False)."""
     engine_checked: tuple[str, ...] = ()
     """Figures taken from llama.cpp's own dry run (``"kv"``, ``"recurrent"``, ``"compute"``,
     ``"output"``) in place of the analytic ones (app/measured/engine_checked.py)."""
@@ -223,7 +226,12 @@ class MemoryEstimate:
                 else "the KV cache (rule not yet checked against llama.cpp)"
             )
         if not self.compute_exact:
-            out.append("the compute buffer (not modelled for this architecture)")
+            out.append(
+                "the compute buffer (known to miss llama.cpp's at real size for this "
+                f"architecture: {self.compute_error})"
+                if self.compute_error
+                else "the compute buffer (not modelled for this architecture)"
+            )
         return tuple(out)
 
     @property
@@ -1225,6 +1233,10 @@ def estimate(
         n_gpu_layers=placement.n_gpu_layers,
         kv_rule_known=spec.kv_rule_known,
         kv_status=spec.kv_status,
-        compute_known=compute and not quick_compute and spec.arch in COMPUTE_CHECKED_ARCHS,
+        compute_known=compute
+        and not quick_compute
+        and spec.arch in COMPUTE_CHECKED_ARCHS
+        and spec.arch not in KNOWN_COMPUTE_ERRORS,
+        compute_error=KNOWN_COMPUTE_ERRORS.get(spec.arch, "") if compute else "",
         notes=tuple(notes),
     )

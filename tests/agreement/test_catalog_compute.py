@@ -13,7 +13,9 @@ the catalog stand-ins (docs/benchmarks.md, "Catalog stand-ins beside the estimat
 
 Each entry that missed is dry-run at the settings it missed at (and the others'); every
 other catalog entry runs the same settings in the slow suite. The estimate's CPU compute
-buffer must be llama.cpp's as printed (two decimals).
+buffer must be llama.cpp's as printed (two decimals), except for an architecture marked
+in ``KNOWN_COMPUTE_ERRORS`` (app/model/arch_table.py): its entries must miss and say so
+(no verdict without the engine), so the mark goes when the model is fixed.
 """
 
 from __future__ import annotations
@@ -24,12 +26,16 @@ import pytest
 
 from app.errors import SettingsError
 from app.hardware.devices import Hardware
+from app.measured.engine_checked import with_engine_figures
+from app.model.arch_table import KNOWN_COMPUTE_ERRORS
 from app.model.catalog import catalog_header, catalog_keys
 from app.model.spec import model_spec
+from app.predict import estimate as estimate_module
 from app.predict.estimate import estimate
 from app.settings import Settings
 from app.sources.standins import write_model_standin
 from runner.dry_run import dry_run_many
+from runner.engine_check import engine_check
 from tests.agreement.test_agreement import llama_mib, printed
 
 pytestmark = pytest.mark.engine
@@ -81,8 +87,38 @@ def test_catalog_standin_compute_buffer_is_llama_cpps(key: str, tmp_path: Path) 
         assert MISSED_AT[key] in settings, key  # the settings it missed at are compared
     stand_in = write_model_standin(spec, folder=tmp_path)
     reports = dry_run_many(stand_in.path, settings, timeout_s=600)
+    misses = []
     for s, report in zip(settings, reports, strict=True):
         est = estimate(spec, s, HOST)
-        assert est.compute_known, (key, s)
         (engine,) = [b for b in report.compute_buffers if b.buffer == "CPU"]
-        assert llama_mib(est.device("CPU").compute_bytes) == printed(engine.mib), (key, s)
+        ours = llama_mib(est.device("CPU").compute_bytes)
+        if spec.arch in KNOWN_COMPUTE_ERRORS:
+            # marked (app/model/arch_table.py): no verdict until the engine's figure
+            assert not est.compute_known, (key, s)
+            misses += [(s, ours, printed(engine.mib))] if ours != printed(engine.mib) else []
+        else:
+            assert est.compute_known, (key, s)
+            assert ours == printed(engine.mib), (key, s)
+    if spec.arch in KNOWN_COMPUTE_ERRORS:
+        assert misses, f"{key} no longer misses: remove {spec.arch}'s KNOWN_COMPUTE_ERRORS mark"
+
+
+def test_a_marked_family_gets_llama_cpps_compute_figure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # what the desktop's background check and `ggtune estimate --verify` do for a model
+    # whose compute is not known right: the stand-in's dry run supplies the figure
+    monkeypatch.setattr(
+        estimate_module, "KNOWN_COMPUTE_ERRORS", {"qwen35": "-11.6 % (docs/benchmarks.md)"}
+    )
+    spec = model_spec(catalog_header("qwen3.5-0.8b"))
+    s = MISSED_AT["qwen3.5-0.8b"]
+    est = estimate(spec, s, HOST)
+    assert not est.exact
+    result = engine_check(spec, [s], timeout_s=300)
+    assert result.target.stand_in is not None
+    checked = with_engine_figures(est, result.reports[0])
+    assert checked.engine_checked == ("compute", "output")  # KV stays the estimate's (exact)
+    assert checked.exact
+    (engine,) = [b for b in result.reports[0].compute_buffers if b.buffer == "CPU"]
+    assert llama_mib(checked.device("CPU").compute_bytes) == printed(engine.mib)
