@@ -342,8 +342,14 @@ def explain_facts(
 
 
 def _overview(f: ExplainFacts) -> Section:
+    twice = (
+        f" ({_size(f.tied_copy_bytes)} of it a second copy of the token table, on the GPU: "
+        "step 3 says why)"
+        if f.tied_copy_bytes
+        else ""
+    )
     parts = [
-        f"weights {_size(f.weights_bytes)}",
+        f"weights {_size(f.weights_bytes)}{twice}",
         f"KV cache {_size(f.kv_bytes)}",
     ]
     if f.recurrent_bytes:

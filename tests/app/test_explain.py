@@ -197,6 +197,10 @@ def test_a_tied_embedding_on_the_cpu_and_the_gpu_is_explained(gemma: ModelSpec) 
     assert "loaded twice" in text
     assert "on the CPU" in text
     assert f"the GPU ({GPU_24.gpus[0].name})" in text
+    sections = explain_model(gemma, settings, est, GPU_24)
+    assert _section(sections, "weights").title.startswith("3. ")  # where the overview points
+    overview = _text(_section(sections, "overview"))
+    assert f"{format_bytes(embd.n_bytes, down_to='bytes')} of it a second copy" in overview
     # the Gemma 3 27B of the issue: 16.5 GiB shown against a 15.4 GiB file
     from app.model.catalog import catalog_header
     from app.model.quant import simulate_quant
@@ -218,6 +222,8 @@ def test_no_second_copy_no_words(gemma: ModelSpec) -> None:
         est = estimate(spec, settings, hardware)
         assert explain_facts(spec, settings, est, hardware).tied_copy_bytes == 0
         assert "loaded twice" not in _weights_text(spec, settings, hardware)
+        overview = _section(explain_model(spec, settings, est, hardware), "overview")
+        assert "second copy" not in _text(overview)
     qwen = model_spec(catalog_header("qwen3-8b"))
     assert not qwen.tied_embeddings
     settings = _settings(qwen, 4096).replace(n_gpu_layers=-1)
