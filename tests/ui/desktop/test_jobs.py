@@ -117,3 +117,34 @@ def test_a_failure_reaches_on_failure_on_the_gui_thread(qtbot: QtBot) -> None:
     assert isinstance(error, ValueError)
     assert str(error) == "bad header"
     assert thread == threading.main_thread().ident
+
+
+def test_a_job_ending_after_the_dispatcher_is_gone_ends_quietly(
+    qtbot: QtBot, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """At exit Python deletes the dispatcher while a job started just before the window
+    closed may still run: its outcome is dropped, with no traceback on the way out."""
+    import shiboken6
+
+    from ui.desktop.shared import jobs
+
+    started, release = threading.Event(), threading.Event()
+
+    def wait_for_exit() -> int:
+        started.set()
+        release.wait(10)
+        return 1
+
+    holder = QObject()
+    got: list[object] = []
+    run_job(wait_for_exit, on_success=got.append, on_failure=got.append, parent=holder)
+    assert started.wait(10)
+    dispatcher = jobs._DISPATCHER[0]
+    shiboken6.delete(dispatcher)  # what interpreter shutdown does to it
+    release.set()
+    assert QThreadPool.globalInstance().waitForDone(10_000)
+    jobs._DISPATCHER.clear()  # the next job makes a new one (only at exit is there none)
+    jobs._TASKS.clear()
+    assert "Signal source has been deleted" not in capfd.readouterr().err
+    assert got == []
+    holder.deleteLater()

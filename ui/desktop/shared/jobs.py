@@ -115,7 +115,13 @@ def _run_task(number: int) -> None:
     except Exception as err:  # handed to on_failure on the GUI thread
         error = err
     del fn
-    _DISPATCHER[0].delivered.emit((number, result, error))
+    try:
+        _DISPATCHER[0].delivered.emit((number, result, error))
+    except RuntimeError:
+        # "Signal source has been deleted": the process is exiting (Python's finalizer
+        # deleted the dispatcher while this job, started just before the window closed,
+        # still ran): nobody is left to tell, and a traceback on the way out helps no one
+        return
 
 
 def job_pool() -> QThreadPool:
