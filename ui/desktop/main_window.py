@@ -48,6 +48,7 @@ from ui.desktop.export.controller import ExportController
 from ui.desktop.export.panel import ExportPanel
 from ui.desktop.hardware.panel import HardwarePanel
 from ui.desktop.hub.dialog import HubDialog
+from ui.desktop.hub.quant_badges import QuantBadgeController
 from ui.desktop.machines.controller import MachinesController
 from ui.desktop.memory.panel import MemoryPanel
 from ui.desktop.models.controller import ModelController
@@ -218,6 +219,9 @@ class MainWindow(QMainWindow):
         self.models_dock = self._dock("Models", "models_dock", self.models_panel)
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.models_dock)
         self.settings_panel = SettingsPanel(self.estimates, self.hardware)
+        self.quant_badges = QuantBadgeController(self.estimates, speed, self)
+        self.quant_badges.badges_changed.connect(self.settings_panel.set_quant_badges)
+        self.quant_badges.watch(self.settings_panel.quant_combo)
         scroll = QScrollArea()
         scroll.setWidget(self.settings_panel)
         scroll.setWidgetResizable(True)

@@ -12,7 +12,10 @@ own quant level and every level :mod:`app.model.quant` can simulate from it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
@@ -37,6 +40,8 @@ from app.planning.runner_plan import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOI
 from app.predict.speed import DEFAULT_GPU_BANDWIDTH_GB_PER_S
 from app.settings import ALL_LAYERS, CACHE_TYPES, FLASH_ATTN_MODES, RUNNERS, Settings
 from app.units import GIB, format_bytes
+from ui.desktop.hub.quant_badges import OWN, SUFFIX_ROLE, BadgeSuffixDelegate, LevelBadge
+from ui.desktop.hub.tables import BADGE_COLORS
 from ui.desktop.settings.context import ContextControl
 from ui.desktop.shared.estimate_controller import (
     RUNNER_TITLES,
@@ -92,6 +97,7 @@ class SettingsPanel(QWidget):
         self._controller = controller
         self._hardware = hardware
         self._spec: ModelSpec | None = None
+        self._quant_badges: Mapping[str, LevelBadge] = {}
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self._build_runner())
@@ -193,6 +199,7 @@ class SettingsPanel(QWidget):
         form = _form(box)
         self.quant_combo = QComboBox()
         self.quant_combo.setToolTip(QUANT_TOOLTIP)
+        self.quant_combo.setItemDelegate(BadgeSuffixDelegate(self.quant_combo))
         self.quant_combo.setEnabled(False)
         self.quant_combo.currentIndexChanged.connect(self._on_quant_combo_changed)
         form.addRow(_label("&Quantization:", self.quant_combo), self.quant_combo)
@@ -450,12 +457,39 @@ class SettingsPanel(QWidget):
                 self.quant_combo.addItem(quant_title(choice), choice.name)
             index = self.quant_combo.findData(self._controller.quant or FILE_QUANT)
             self.quant_combo.setCurrentIndex(max(0, index))
+        self._show_quant_badges()
         self.quant_combo.setEnabled(True)
         self.quant_combo.setToolTip(
             "Working out the other quant levels (a moment for a large model)…"
             if self._controller.quant_choices_pending
             else QUANT_TOOLTIP
         )
+
+    def set_quant_badges(self, badges: Mapping[str, LevelBadge]) -> None:
+        """Write each level's badge (and the open file's size) into the Quantization combo
+        (:class:`ui.desktop.hub.quant_badges.QuantBadgeController`'s; {}: none)."""
+        self._quant_badges = badges
+        self._show_quant_badges()
+
+    def _show_quant_badges(self) -> None:
+        combo = self.quant_combo
+        widest = 0
+        metrics = combo.view().fontMetrics()
+        for i in range(combo.count()):
+            key = combo.itemData(i)
+            level = self._quant_badges.get(key if isinstance(key, str) else OWN)
+            suffix, tip, color = "", None, None
+            if level is not None:
+                size = f", {format_bytes(level.size_bytes)}" if key == FILE_QUANT else ""
+                suffix = f"{size} — {level.badge.text}"
+                tip = wrap_tip(level.badge.detail)
+                color = QColor(BADGE_COLORS[level.badge.kind])
+            combo.setItemData(i, suffix, SUFFIX_ROLE)
+            combo.setItemData(i, tip, Qt.ItemDataRole.ToolTipRole)
+            combo.setItemData(i, color, Qt.ItemDataRole.ForegroundRole)
+            widest = max(widest, metrics.horizontalAdvance(combo.itemText(i) + suffix))
+        # the list opens wide enough for the badges (the closed box keeps its width)
+        combo.view().setMinimumWidth(widest + 3 * metrics.averageCharWidth() if widest else 0)
 
     def _on_controller_model_changed(self, model: LoadedModel) -> None:
         spec = model.spec

@@ -256,6 +256,15 @@ class EstimateController(QObject):
         model = self._model
         return () if model is None else self._choices.get(model.spec.path, ())
 
+    def simulated_specs(self) -> dict[str, ModelSpec]:
+        """Return the open model's simulated levels worked out so far, by name (the specs
+        :meth:`set_quant` estimates; nothing is simulated here)."""
+        model = self._model
+        if model is None:
+            return {}
+        path = model.spec.path
+        return {quant: spec for (p, quant), spec in self._simulated.items() if p == path}
+
     @property
     def quant_choices_pending(self) -> bool:
         """Whether the open model's simulated levels are still being worked out."""
