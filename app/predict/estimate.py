@@ -22,7 +22,15 @@ from app.model.arch_table import COMPUTE_CHECKED_ARCHS, KNOWN_COMPUTE_ERRORS
 from app.model.ggml import GGML_QUANT_SIZES, GGMLQuantizationType
 from app.model.spec import KvStatus, ModelSpec, TensorRole, TensorSpec
 from app.predict.graph.compute import LOCK as GRAPH_LOCK
-from app.predict.graph.compute import GraphRequest, caches_of, compute_buffers
+from app.predict.graph.compute import (
+    GraphRequest,
+    caches_of,
+    compute_buffers,
+    graph_max_nodes,
+    graph_tensors,
+    has_graph,
+    hash_size,
+)
 from app.settings import CacheType, Settings
 
 _T = TypeVar("_T")
@@ -1047,6 +1055,8 @@ def _device_compute(
     graph; otherwise the stage model below, on every used GPU alike.
     """
     req = graph_request(spec, settings, ctx, n_kv, placement, hardware, as_dry_run=as_dry_run)
+    if has_graph(spec):
+        _check_scheduler_table(spec, req, min(ctx.n_ctx, ctx.n_ubatch), len(hardware.gpus))
     key = (id(spec), req)
     with GRAPH_LOCK:  # the GUI thread and the job pool estimate at once
         hit = _COMPUTE_MEMO.get(key)
@@ -1059,6 +1069,38 @@ def _device_compute(
             _COMPUTE_MEMO.pop(next(iter(_COMPUTE_MEMO)))
         _COMPUTE_MEMO[key] = (spec, sizes)
         return sizes
+
+
+EXTRA_MODEL_TENSORS: Final = 2
+"""Tensors llama.cpp may create beyond the file's on the host (duplicates; see
+:func:`_check_scheduler_table`)."""
+
+
+def _check_scheduler_table(spec: ModelSpec, req: GraphRequest, n_tokens: int, n_gpus: int) -> None:
+    """Raise :class:`SettingsError` where llama.cpp aborts creating the context because
+    its scheduler's hash table cannot hold the reserve graph (:func:`graph_tensors`).
+
+    The table is sized from ``llama_model::n_tensors``: the file's tensors and the
+    duplicates llama.cpp creates in another buffer context (a tied output, shared RoPE
+    factors: Gemma 4 has one more on the host; with GPUs, once more per device). The
+    refusal counts :data:`EXTRA_MODEL_TENSORS` more, plus two per GPU, so its table is
+    never smaller than llama.cpp's (no refusal on a doubt; the catalog test checks the
+    host's against llama.cpp's logged ``max_nodes``). Phi-4 with a quantized K/V cache
+    and flash attention on two or more streams: 2,058 tensors for 2,053 slots
+    (docs/benchmarks.md, catalog stand-ins).
+    """
+    n = graph_tensors(spec, req)
+    n_model = len(spec.tensors)
+    extra = EXTRA_MODEL_TENSORS + 2 * n_gpus
+    slots = hash_size(graph_max_nodes(spec, n_tokens, n_model + extra))
+    if n > slots:
+        raise SettingsError(
+            f"llama.cpp aborts creating this context: its reserve graph has {n:,} tensors "
+            f"and the scheduler's table {slots:,} slots (sized for "
+            f"{graph_max_nodes(spec, n_tokens, n_model):,} nodes, {n_model:,} model tensors); "
+            "an f16 K/V cache (no Hadamard rotation), one slot or a unified KV cache "
+            "makes the graph smaller"
+        )
 
 
 def _stage_model_devices(

@@ -24,14 +24,15 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import SettingsError
+from app.errors import EngineCrashedError, SettingsError
 from app.hardware.devices import Hardware
 from app.measured.engine_checked import with_engine_figures
 from app.model.arch_table import KNOWN_COMPUTE_ERRORS
 from app.model.catalog import catalog_header, catalog_keys
 from app.model.spec import model_spec
 from app.predict import estimate as estimate_module
-from app.predict.estimate import estimate
+from app.predict.estimate import EXTRA_MODEL_TENSORS, estimate
+from app.predict.graph.compute import graph_max_nodes
 from app.settings import Settings
 from app.sources.standins import write_model_standin
 from runner.dry_run import dry_run_many
@@ -56,12 +57,6 @@ MISSED_AT: dict[str, Settings] = {
     ),
 }
 
-ENGINE_ABORTS: dict[str, tuple[Settings, ...]] = {
-    # llama.cpp itself aborts creating this context (ggml-impl.h:330 in sched_reserve;
-    # docs/benchmarks.md, "Settings llama.cpp aborted on"): nothing to compare
-    "phi-4": (MISSED_AT["deepseek-v3"],),
-}
-
 
 def _cases() -> list[object]:
     return [
@@ -75,12 +70,10 @@ def test_catalog_standin_compute_buffer_is_llama_cpps(key: str, tmp_path: Path) 
     spec = model_spec(catalog_header(key))
     settings = []
     for s in MISSED_AT.values():
-        if s in ENGINE_ABORTS.get(key, ()):
-            continue
         try:
             estimate(spec, s, HOST)
         except SettingsError:
-            continue  # the estimator refuses it with a reason (tests/app cover those)
+            continue  # refused with a reason (phi-4 at 4096 q8_0 4 streams: llama.cpp aborts)
         settings.append(s)
     assert settings, key
     if key in MISSED_AT:
@@ -90,6 +83,18 @@ def test_catalog_standin_compute_buffer_is_llama_cpps(key: str, tmp_path: Path) 
     misses = []
     for s, report in zip(settings, reports, strict=True):
         est = estimate(spec, s, HOST)
+        # the scheduler's table the refusal of an oversized graph is sized from
+        n_tokens = min(est.context.n_ctx, est.context.n_ubatch)
+        logged = [line for line in report.log if "sched_reserve: max_nodes = " in line]
+        assert logged, (key, s)
+        max_nodes = int(logged[-1].rsplit("=", 1)[1])
+        # llama_model::n_tensors: the file's tensors, and a duplicate llama.cpp creates in
+        # another buffer context (Gemma 4: one more); the refusal allows for
+        # EXTRA_MODEL_TENSORS, so its table is never smaller than llama.cpp's
+        n_file = len(spec.tensors)
+        least = graph_max_nodes(spec, n_tokens, n_file)
+        most = graph_max_nodes(spec, n_tokens, n_file + EXTRA_MODEL_TENSORS)
+        assert least <= max_nodes <= most, (key, s, max_nodes)
         (engine,) = [b for b in report.compute_buffers if b.buffer == "CPU"]
         ours = llama_mib(est.device("CPU").compute_bytes)
         if spec.arch in KNOWN_COMPUTE_ERRORS:
@@ -122,3 +127,23 @@ def test_a_marked_family_gets_llama_cpps_compute_figure(
     assert checked.exact
     (engine,) = [b for b in result.reports[0].compute_buffers if b.buffer == "CPU"]
     assert llama_mib(checked.device("CPU").compute_bytes) == printed(engine.mib)
+
+
+def test_the_estimate_refuses_what_llama_cpp_aborts_on(tmp_path: Path) -> None:
+    # phi-4, 4096 q8_0 K/V, flash attention: the Hadamard rotation and two or more KV
+    # streams make a 2,058-tensor reserve graph; its scheduler's table has 2,053 slots
+    # (8 x 243 model tensors = 1,944 max nodes, ggml_hash_size), ggml_hash_insert aborts
+    spec = model_spec(catalog_header("phi-4"))
+    stand_in = write_model_standin(spec, folder=tmp_path)
+    q8 = Settings(n_ctx=4096, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="on")
+    ok = [q8, q8.replace(n_parallel=4, kv_unified=True), q8.replace(cache_type_k="f16",
+        cache_type_v="f16", n_parallel=4)]  # fmt: skip
+    for s in ok:
+        estimate(spec, s, HOST)
+    dry_run_many(stand_in.path, ok, timeout_s=300)  # llama.cpp creates these contexts
+    for n_parallel in (2, 4):
+        s = q8.replace(n_parallel=n_parallel)
+        with pytest.raises(SettingsError, match=r"llama\.cpp aborts creating this context"):
+            estimate(spec, s, HOST)
+        with pytest.raises(EngineCrashedError, match="SIGABRT"):
+            dry_run_many(stand_in.path, [s], timeout_s=300)

@@ -842,6 +842,70 @@ def _reserve(
     return sizes, [], point
 
 
+_PRIMES: Final = (2, 3, 5, 11, 17, 37, 67, 131, 257, 521, 1031, 2053, 4099, 8209, 16411, 32771,
+    65537, 131101, 262147, 524309, 1048583, 2097169, 4194319, 8388617, 16777259, 33554467,
+    67108879, 134217757, 268435459, 536870923, 1073741827, 2147483659)  # fmt: skip
+"""``ggml_hash_size`` (ggml/src/ggml.c): the next primes after powers of two."""
+
+_NODES_PER_TOKEN_40: Final = frozenset({"qwen35", "qwen35moe"})
+"""Architectures with a graph builder that ``llama_context::graph_max_nodes`` gives
+``max(40 n_tokens, 32 n_tensors)`` (the recurrent and hybrid families it lists)."""
+
+
+def hash_size(min_size: int) -> int:
+    """Return ``ggml_hash_size``: the smallest prime of ggml's table >= ``min_size``."""
+    i = bisect.bisect_left(_PRIMES, min_size)
+    return _PRIMES[i] if i < len(_PRIMES) else min_size | 1
+
+
+def graph_max_nodes(spec: ModelSpec, n_tokens: int, n_tensors: int) -> int:
+    """Return ``llama_context::graph_max_nodes`` (src/llama-context.cpp) for an
+    architecture with a graph builder; ``n_tensors`` is ``llama_model::n_tensors`` (the
+    tensors llama.cpp created: the file's, with no LoRA adapter)."""
+    if spec.arch in _NODES_PER_TOKEN_40:
+        return max(40 * n_tokens, 32 * n_tensors)
+    return max(1024, 8 * n_tensors)
+
+
+def graph_tensors(spec: ModelSpec, req: GraphRequest) -> int:
+    """Return the nodes plus leafs of the whole reserve graph (every layer built).
+
+    ``ggml_backend_sched_split_graph`` puts each of them in the scheduler's hash set, which
+    ``ggml_backend_sched_new`` sizes for ``graph_max_nodes`` tensors
+    (``ggml_hash_set_new(graph_size)``): with more, ``ggml_hash_insert`` finds no free slot
+    and llama.cpp aborts (``ggml-impl.h``, "fatal error") while creating the context. The
+    count does not depend on the cache sizes, so it is kept per model and graph shape.
+    Measured on 2 shared cores: 0.01–0.1 s for the first estimate of a shape (GLM-4.5's
+    92 layers 0.08 s), nothing after.
+    """
+    # nor on where the layers run: the scheduler splits the same graph over the devices
+    key = (
+        id(spec),
+        dataclasses.replace(
+            req,
+            caches=tuple((n, 0) for n, _ in req.caches),
+            layer_device=(),
+            output_device=-1,
+            n_gpu_layers=0,
+            gpu_names=(),
+            pins=False,
+        ),
+    )
+    with LOCK:
+        hit = _GRAPH_TENSORS.get(key)
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        g = build_graph(spec, req).g
+        n = len(g.nodes) + len(g.leafs)
+        if len(_GRAPH_TENSORS) >= 256:
+            _GRAPH_TENSORS.pop(next(iter(_GRAPH_TENSORS)))
+        _GRAPH_TENSORS[key] = (spec, n)
+        return n
+
+
+_GRAPH_TENSORS: dict[tuple[int, GraphRequest], tuple[ModelSpec, int]] = {}
+
+
 def clear_caches() -> None:
     """Forget every reservation, line and learned block length (benchmarks of a cold
     estimate, tests that count reservations)."""
@@ -849,6 +913,7 @@ def clear_caches() -> None:
         _LINES.clear()
         _PLANNED.clear()
         _WIDEN.clear()
+        _GRAPH_TENSORS.clear()
 
 
 def caches_of(n_kv: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
@@ -863,5 +928,8 @@ __all__ = [
     "clear_caches",
     "compute_buffers",
     "ggml",
+    "graph_max_nodes",
+    "graph_tensors",
     "has_graph",
+    "hash_size",
 ]
