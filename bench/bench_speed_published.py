@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -80,8 +81,9 @@ def standin_spec(model: str, quant: str) -> Any:
     return model_spec(read_model(target.path))
 
 
-def predict(row: Row) -> float:
-    """Return the predicted tok/s of ``row`` (published ratios, not calibrated)."""
+def predict(row: Row, factors: Any = None) -> float:
+    """Return the predicted tok/s of ``row`` (published ratios, not calibrated; or
+    ``factors``)."""
     from app.hardware.profiles import compose
     from app.predict.speed import SpeedFactors, SpeedMeasurement, predict_measurement
     from app.settings import Settings
@@ -97,12 +99,191 @@ def predict(row: Row) -> float:
     )
     kind = "tg" if row.test == "tg" else "pp"
     m = SpeedMeasurement(spec, settings, hardware, kind, row.n_tokens, row.depth, row.tok_per_s)
-    return predict_measurement(m, SpeedFactors())
+    return predict_measurement(m, factors or SpeedFactors())
+
+
+def implied(row: Row, field: str, lo: float = 0.01, hi: float = 2.0) -> float:
+    """Return the value of ``SpeedFactors.field`` (the other factors at their defaults)
+    under which ``row`` is predicted as published (``lo``/``hi`` when out of range)."""
+    import dataclasses
+    import math
+
+    from app.predict.speed import SpeedFactors
+
+    def err(v: float) -> float:
+        f = dataclasses.replace(SpeedFactors(), **{field: v})
+        return math.log(predict(row, f) / row.tok_per_s)
+
+    a, b = math.log(lo), math.log(hi)
+    ea, eb = err(lo), err(hi)
+    if ea * eb > 0:
+        return lo if abs(ea) < abs(eb) else hi
+    for _ in range(50):
+        m = (a + b) / 2
+        em = err(math.exp(m))
+        if (em > 0) == (ea > 0):
+            a, ea = m, em
+        else:
+            b = m
+    return math.exp((a + b) / 2)
+
+
+def mmq_rows(row: Row) -> bool:
+    """Prompt processing from an empty cache (the products dominate) on a GPU with an
+    INT8 rate, of quantized weights (llama.cpp's MMQ kernels)."""
+    from app.hardware.profiles import compose
+    from app.predict.speed import MMQ_TYPES
+
+    if row.test != "pp" or row.depth:
+        return False
+    gpu = compose(row.hardware).gpus[0]
+    spec = standin_spec(row.model, row.quant)
+    return bool(gpu.int8_tops) and any(t.type_name.upper() in MMQ_TYPES for t in spec.tensors)
+
+
+def rocm_rows(test: str) -> Callable[[Row], bool]:
+    """Rows of ``test`` (tg, pp) on a ROCm GPU."""
+
+    def chosen(row: Row) -> bool:
+        from app.hardware.profiles import compose
+
+        return row.test == test and compose(row.hardware).gpus[0].name.startswith("ROCm")
+
+    return chosen
+
+
+def metal_depth_rows(row: Row) -> bool:
+    """Decode rows at a depth on a Metal GPU whose model has a row at depth 0 there."""
+    from app.hardware.profiles import compose
+
+    if row.test != "tg" or not row.depth:
+        return False
+    if not compose(row.hardware).gpus[0].name.startswith("MTL"):
+        return False
+    return _depth0(row) is not None
+
+
+def _depth0(row: Row) -> Row | None:
+    """Return the row of the same test, model and hardware at depth 0, if published."""
+    key = (row.hardware, row.model, row.quant, row.test, row.n_tokens)
+    return next(
+        (
+            r
+            for r in rows()
+            if (r.hardware, r.model, r.quant, r.test, r.n_tokens) == key and not r.depth
+        ),
+        None,
+    )
+
+
+def implied_depth_scale(row: Row, field: str) -> float:
+    """Return the scale of the KV read time under which the extra time per token from the
+    model's depth-0 row to ``row`` is as published (linear in the scale)."""
+    import dataclasses
+
+    from app.predict.speed import SpeedFactors
+
+    base = _depth0(row)
+    assert base is not None
+
+    def extra(scale: float) -> float:
+        f = dataclasses.replace(SpeedFactors(), **{field: scale})
+        return 1 / predict(row, f) - 1 / predict(base, f)
+
+    measured = 1 / row.tok_per_s - 1 / base.tok_per_s
+    e0, e1 = extra(0.0), extra(1.0)
+    return (measured - e0) / (e1 - e0)
+
+
+FITS: dict[str, tuple[Callable[[Row], bool], Callable[[Row, str], float]]] = {
+    "gpu_mmq_efficiency": (mmq_rows, implied),
+    "rocm_bandwidth_ratio": (rocm_rows("tg"), implied),
+    "rocm_compute_ratio": (rocm_rows("pp"), implied),
+    "metal_kv_read_scale": (metal_depth_rows, implied_depth_scale),
+}
+"""The factors of :class:`app.predict.speed.SpeedFactors` fitted to this table: field ->
+(the rows it is fitted on, the value a row implies). Each is the median of the values its
+rows imply (the other factors at their defaults); tests/app/test_speed_published.py
+checks the defaults are."""
+
+
+def fit(field: str, held_out: Row | None = None) -> float:
+    """Return the median over the rows of ``FITS[field]`` (but ``held_out``) of the value
+    each row implies: the fit on every row, or with ``held_out`` left out."""
+    chosen, value = FITS[field]
+    return statistics.median(value(r, field) for r in rows() if chosen(r) and r != held_out)
+
+
+def leave_one_out(field: str) -> list[tuple[Row, float, float]]:
+    """Return (row, value fitted without it, its error predicted with that value) for
+    every row ``field`` is fitted on."""
+    import dataclasses
+
+    from app.predict.speed import SpeedFactors
+
+    out = []
+    for row in rows():
+        if FITS[field][0](row):
+            value = fit(field, held_out=row)
+            f = dataclasses.replace(SpeedFactors(), **{field: value})
+            out.append((row, value, predict(row, f) / row.tok_per_s - 1))
+    return out
+
+
+def print_fits() -> None:
+    """Print each fitted factor, and each of its rows predicted with it left out."""
+    from app.predict.speed import SpeedFactors
+
+    for field in FITS:
+        print(f"\n{field}: default {getattr(SpeedFactors(), field):.4g}, fit {fit(field):.4g}")
+        print("\n| hardware | model | quant | test | implied | fit without it | error held out |")
+        print("|---|---|---|---|--:|--:|--:|")
+        held = leave_one_out(field)
+        for row, value, err in held:
+            print(
+                f"| {row.hardware} | {row.model} | {row.quant} | {row.name} | "
+                f"{FITS[field][1](row, field):.3g} | {value:.3g} | {100 * err:+.0f}% |"
+            )
+        ok = sum(1 for r, _v, e in held if abs(e) <= r.goal)
+        med = statistics.median(abs(e) for _r, _v, e in held)
+        print(f"\nheld out: {ok} of {len(held)} within goal, median |error| {100 * med:.0f}%")
+
+
+def held_out_prediction(row: Row) -> float:
+    """Return ``row`` predicted with every factor whose fit uses it refitted without it."""
+    import dataclasses
+
+    from app.predict.speed import SpeedFactors
+
+    changes = {
+        field: fit(field, held_out=row) for field, (chosen, _v) in FITS.items() if chosen(row)
+    }
+    return predict(row, dataclasses.replace(SpeedFactors(), **changes))
+
+
+def print_held_out() -> None:
+    """Print how many rows hold their goal with the shipped factors and held out."""
+    for test, goal in (("tg", DECODE_GOAL), ("pp", PREFILL_GOAL)):
+        chosen = [r for r in rows() if r.test == test]
+        shipped = [abs(predict(r) / r.tok_per_s - 1) for r in chosen]
+        held = [abs(held_out_prediction(r) / r.tok_per_s - 1) for r in chosen]
+        print(
+            f"{test}: shipped factors {sum(e <= goal for e in shipped)} of {len(chosen)} within "
+            f"±{100 * goal:.0f}% (median {100 * statistics.median(shipped):.1f}%); each row "
+            f"held out of the fits {sum(e <= goal for e in held)} of {len(chosen)} (median "
+            f"{100 * statistics.median(held):.1f}%)"
+        )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.parse_args()
+    ap.add_argument("--fit", action="store_true", help="the fitted factors, leave one out")
+    args = ap.parse_args()
+    if args.fit:
+        print_fits()
+        print()
+        print_held_out()
+        return
     print(
         "| hardware | model | quant | test | published tok/s | predicted | error | goal | source |"
     )

@@ -28,6 +28,9 @@ class Device:
     """For the host: ISA features that change llama.cpp's CPU buffers (avx2, avx512f, neon…)."""
     fp16_tflops: float | None = None
     """Peak dense FP16 matrix throughput (prompt processing is bound by it), TFLOPS."""
+    int8_tops: float | None = None
+    """Peak dense INT8 tensor throughput, TOPS: what llama.cpp's MMQ kernels run on for
+    quantized weights on NVIDIA GPUs (Turing and later); ``None``: unknown."""
     memory_bytes: int | None = None
     """Physical memory before the usable fraction (``capacity_bytes`` is what a model may
     use: e.g. the Metal working set of a Mac's unified memory); ``None``: as capacity."""

@@ -103,13 +103,15 @@ class _Collect:
 def _lacks_figures(gpu: GpuInfo) -> bool:
     """Whether a profile of ``gpu``'s name could fill a figure its probe did not find."""
     missing = gpu.bandwidth_gb_per_s is None or gpu.fp16_tflops is None
+    missing = missing or (gpu.int8_tops is None and gpu.vendor == "nvidia")
     return missing and gpu.vendor in ("nvidia", "amd", "intel")
 
 
 def _with_profile_figures(
     gpus: tuple[GpuInfo, ...], profiles: ProfileSet | None
 ) -> tuple[GpuInfo, ...]:
-    """Fill bandwidth and FP16 rate from a profile of the same name where a probe lacks them."""
+    """Fill bandwidth, FP16 and INT8 rates from a profile of the same name where a probe
+    lacks them."""
     out = []
     for g in gpus:
         prof = None
@@ -125,6 +127,8 @@ def _with_profile_figures(
                 )
             if g.fp16_tflops is None:
                 g = replace(g, fp16_tflops=prof.fp16_tflops.value)
+            if g.int8_tops is None and prof.int8_tops is not None:
+                g = replace(g, int8_tops=prof.int8_tops.value)
         out.append(g)
     return tuple(out)
 

@@ -47,7 +47,10 @@ FIGURES: Final = ("memory_gib", "bandwidth_gb_per_s", "usable_fraction", "fp16_t
 may be left out (unknown) only for ``fp16_tflops``, and then the source says why."""
 
 _REQUIRED: Final = ("id", "name", "kind", "backend", *FIGURES)
-_OPTIONAL: Final = ("aliases", "chip", "gpu_cores", "cpu_flags", "notes")
+OPTIONAL_FIGURES: Final = ("int8_tops",)
+"""Figures a profile may have: ``int8_tops``, peak dense INT8 tensor TOPS (NVIDIA GPUs,
+where llama.cpp's MMQ kernels multiply quantized weights on the int8 tensor cores)."""
+_OPTIONAL: Final = ("aliases", "chip", "gpu_cores", "cpu_flags", "notes", *OPTIONAL_FIGURES)
 _ID_RE: Final = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 
 METAL_SMALL_MEMORY_BYTES: Final = 36 * GIB
@@ -100,6 +103,7 @@ class HardwareProfile:
     bandwidth_gb_per_s: Figure
     usable_fraction: Figure
     fp16_tflops: Figure
+    int8_tops: Figure | None = None
     aliases: tuple[str, ...] = ()
     chip: str | None = None
     gpu_cores: int | None = None
@@ -145,6 +149,7 @@ class HardwareProfile:
             self.bandwidth_gb_per_s.value,
             unified_memory=self.kind == "unified",
             fp16_tflops=self.fp16_tflops.value,
+            int8_tops=self.int8_tops.value if self.int8_tops else None,
             memory_bytes=self.memory_bytes,
             description=self.name,
         )
@@ -255,6 +260,11 @@ def parse_profile(raw: object, path: Path, number: int) -> HardwareProfile:
             f"{where}: backend CPU goes with kind host (and only with it)", path=path
         )
     figures = {k: _figure(raw[k], k, where, path) for k in FIGURES}
+    for k in OPTIONAL_FIGURES:
+        if k in raw:
+            if kind == "host":
+                raise HardwareProfileError(f"{where}: {k} is a GPU figure", path=path)
+            figures[k] = _figure(raw[k], k, where, path)
     gpu_cores = raw.get("gpu_cores")
     if gpu_cores is not None and (
         isinstance(gpu_cores, bool) or not isinstance(gpu_cores, int) or gpu_cores <= 0

@@ -144,6 +144,7 @@ class GpuInfo:
     bandwidth_gb_per_s: float | None = None
     bandwidth_source: str = ""
     fp16_tflops: float | None = None
+    int8_tops: float | None = None
     bus_width_bits: int | None = None
     max_memory_clock_mhz: int | None = None
     compute_capability: str | None = None
@@ -240,6 +241,7 @@ class HardwareReport:
                 g.bandwidth_gb_per_s,
                 unified_memory=g.unified_memory,
                 fp16_tflops=g.fp16_tflops,
+                int8_tops=g.int8_tops,
                 memory_bytes=g.total_bytes,
                 description=g.name,
             )

@@ -16,8 +16,11 @@ listed there as defaults and a fit to the user's own benchmark runs on top:
 * **Prefill** is compute-bound: about ``2·active_params`` FLOPs per token (the output head
   once per prompt: only the last token's logits are computed), plus attention
   ``4·depth·n_head·head_dim`` per layer, over an effective compute rate
-  (``fp16_tflops`` × efficiency on a GPU; on the CPU a rate fitted to measurements), plus
-  one read of the weights per micro-batch.
+  (``fp16_tflops`` × efficiency on a GPU, and for quantized weights on an NVIDIA GPU
+  ``int8_tops`` × the MMQ efficiency: llama.cpp's MMQ kernels run on the int8 tensor
+  cores; on the CPU a rate fitted to measurements), plus one read of the weights per
+  micro-batch. ROCm devices reach a fitted share of the CUDA ratios; Metal reads the KV
+  cache in decode slower than the weights (docs/benchmarks.md, section users, *GPUs*).
 * **Time to first token** for a prompt of P tokens is the prefill of those P tokens.
 * **n parallel users** decode in one batch: each step reads the weights once (MoE: the
   experts any of the n tokens picks), the KV of every user, and spends ``2·active_params``
@@ -85,9 +88,9 @@ DEFAULT_GPU_BANDWIDTH_GB_PER_S: Final = 300.0
 """Used when a GPU's bandwidth is unknown (``--gpu-mem`` GPUs): a mid-range card."""
 
 GPU_COMPUTE_EFFICIENCY: Final = 0.8
-"""Share of the dense FP16 rate prefill reaches on a GPU: a ggtune assumption (llama.cpp's
-int8 MMQ kernels for quantized weights can beat the FP16 figure); calibrated when runs
-exist."""
+"""Share of the dense FP16 rate prefill reaches on a GPU for the products that do not go
+through MMQ (F16/BF16/F32 weights everywhere, every weight on a GPU without ``int8_tops``:
+Metal, ROCm, Vulkan): a ggtune assumption; calibrated when runs exist."""
 
 GPU_ATTENTION_EFFICIENCY: Final = 0.5
 """Share of the matrix products' rate a GPU's flash attention reaches in prefill (FLOPs
@@ -95,6 +98,42 @@ GPU_ATTENTION_EFFICIENCY: Final = 0.5
 published M2 Ultra prefill at 16k of depth (llama.cpp benches/mac-m2-ultra.md) comes out
 right; flash-attention kernels reach less of the peak than dense products do.
 docs/benchmarks.md has the whole published table against it."""
+
+GPU_MMQ_EFFICIENCY: Final = 0.150
+"""Share of the dense INT8 tensor rate (``int8_tops``) llama.cpp's MMQ kernels reach in
+prefill of quantized weights on NVIDIA GPUs (ggml-cuda/mmq.cu, ggml_cuda_should_use_mmq:
+every type of :data:`MMQ_TYPES` on Turing and later): fitted to the published NVIDIA rows
+of tests/app/data/published_llama_cpp_speeds.json (the median of the rate each row
+implies), checked leave one out in docs/benchmarks.md; bench/bench_speed_published.py
+--fit prints it."""
+
+ROCM_BANDWIDTH_RATIO: Final = 0.722
+ROCM_COMPUTE_RATIO: Final = 0.609
+"""llama.cpp's ROCm (HIP) backend against the CUDA ratios above: decode reaches this
+share of ``gpu_bandwidth_efficiency``, prefill this share of ``gpu_compute_efficiency``
+(a device named ``ROCm<n>``). Fitted to the published RX 7900 XTX rows (RDNA3, the only
+AMD GPU of tests/app/data/published_llama_cpp_speeds.json: llama.cpp PR #26284), checked
+leave one out in docs/benchmarks.md; other AMD architectures are assumed alike."""
+
+METAL_KV_READ_SCALE: Final = 2.24
+"""On Metal (a device named ``MTL<n>``) decode reads the KV cache this many times slower
+than the weights (flash attention's one-token kernel, ggml-metal's
+``kernel_flash_attn_ext_vec``, against large matrix × vector products): the extra time per
+token from depth 0 to depth 16384 in llama.cpp benches/mac-m2-ultra.md over the extra
+time the bandwidth model gives, median over its models; checked leave one model out in
+docs/benchmarks.md."""
+
+MMQ_TYPES: Final = frozenset(
+    {
+        "Q1_0", "Q2_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+        "IQ1_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_XS", "IQ4_NL",
+        "MXFP4", "NVFP4",
+    }
+)  # fmt: skip
+"""Weight types CUDA multiplies with MMQ (ggml-cuda/mmq.cu, ggml_cuda_should_use_mmq):
+int8 tensor-core products on the quantized blocks; other types (F16, BF16, F32, TQ*) go
+through cuBLAS at the FP16 rate."""
 
 DEFAULT_GPU_TFLOPS: Final = 20.0
 """Used when a GPU's FP16 rate is unknown."""
@@ -111,7 +150,11 @@ class SpeedFactors:
 
     ``*_bandwidth_efficiency`` multiply a device's bandwidth; ``*_overhead_s`` is a fixed
     cost per decoded token (kernel launches, synchronisation); ``gpu_compute_efficiency``
-    multiplies ``fp16_tflops``; ``host_compute_gflops`` is the CPU's effective prefill
+    multiplies ``fp16_tflops``; ``gpu_mmq_efficiency`` multiplies ``int8_tops`` for the
+    products of quantized weights where the GPU has one (MMQ); on a ROCm device
+    ``rocm_bandwidth_ratio``/``rocm_compute_ratio`` further multiply the GPU's bandwidth
+    and compute efficiencies; ``metal_kv_read_scale`` multiplies the time a Metal device
+    reads the KV cache in decode; ``host_compute_gflops`` is the CPU's effective prefill
     rate (used when the host has no ``fp16_tflops``). ``quant_kv_attention_factor``
     multiplies the attention FLOPs when the KV cache is quantized (q8_0, q4_0 …): the CPU
     dequantizes every cell it attends to (fitted here: ~4-7× on the 2-core EPYC of
@@ -138,6 +181,10 @@ class SpeedFactors:
     host_compute_gflops: float = HOST_COMPUTE_GFLOPS
     quant_kv_attention_factor: float = 1.0
     gpu_attention_efficiency: float = GPU_ATTENTION_EFFICIENCY
+    gpu_mmq_efficiency: float = GPU_MMQ_EFFICIENCY
+    rocm_bandwidth_ratio: float = ROCM_BANDWIDTH_RATIO
+    rocm_compute_ratio: float = ROCM_COMPUTE_RATIO
+    metal_kv_read_scale: float = METAL_KV_READ_SCALE
     host_kernel_scale: float = 1.0
     host_attention_scale: float = 1.0
     host_node_scale: float = 1.0
@@ -286,6 +333,15 @@ class DeviceWork:
     flops_per_s: float
     overhead_s: float
     kv_quantized: bool = False
+    mmq_layer_flops: float = 0.0
+    mmq_head_flops: float = 0.0
+    """The part of ``layer_flops``/``head_flops`` whose weights are of :data:`MMQ_TYPES`."""
+    mmq_flops_per_s: float = 0.0
+    """The rate of those products in prefill (int8 tensor cores × MMQ efficiency); 0: the
+    device has no such path and they run at ``flops_per_s``."""
+    kv_read_scale: float = 1.0
+    """Multiplies the time of reading the KV cache in decode (Metal's, see
+    METAL_KV_READ_SCALE)."""
     kernels: KernelWork | None = None
     """The host's share priced by this CPU's measured kernels (None: bandwidth model)."""
 
@@ -316,8 +372,22 @@ def _device_kind(device: Device) -> DeviceClass:
     return "unified" if device.unified_memory else "gpu"
 
 
-def _rates(device: Device, factors: SpeedFactors) -> tuple[float, float, float]:
-    """Return (bandwidth B/s, FLOP/s, overhead s) of ``device`` under ``factors``."""
+@dataclass(frozen=True, slots=True)
+class _Rates:
+    bandwidth: float
+    """B/s"""
+    flops: float
+    """FLOP/s of dense FP16 products and attention"""
+    overhead: float
+    """s per decoded token"""
+    mmq: float = 0.0
+    """int8 ops/s of quantized products in prefill (0: none, they run at ``flops``)"""
+    kv_scale: float = 1.0
+    """time multiplier of KV reads in decode"""
+
+
+def _rates(device: Device, factors: SpeedFactors) -> _Rates:
+    """Return the rates of ``device`` under ``factors``."""
     kind = _device_kind(device)
     if kind == "host":
         bw = (device.bandwidth_gb_per_s or DEFAULT_HOST_BANDWIDTH_GB_PER_S) * GB
@@ -326,18 +396,25 @@ def _rates(device: Device, factors: SpeedFactors) -> tuple[float, float, float]:
             flops = device.fp16_tflops * 1e12 * factors.gpu_compute_efficiency
         else:
             flops = factors.host_compute_gflops * 1e9
-        return bw, flops, factors.host_overhead_s
+        return _Rates(bw, flops, factors.host_overhead_s)
     bw = (device.bandwidth_gb_per_s or DEFAULT_GPU_BANDWIDTH_GB_PER_S) * GB
     flops = (device.fp16_tflops or DEFAULT_GPU_TFLOPS) * 1e12 * factors.gpu_compute_efficiency
+    mmq = (device.int8_tops or 0.0) * 1e12 * factors.gpu_mmq_efficiency
+    kv_scale = factors.metal_kv_read_scale if device.name.startswith("MTL") else 1.0
     if kind == "unified":
-        return bw * factors.unified_bandwidth_efficiency, flops, factors.unified_overhead_s
-    return bw * factors.gpu_bandwidth_efficiency, flops, factors.gpu_overhead_s
+        bw *= factors.unified_bandwidth_efficiency
+        return _Rates(bw, flops, factors.unified_overhead_s, mmq, kv_scale)
+    bw *= factors.gpu_bandwidth_efficiency
+    if device.name.startswith("ROCm"):
+        bw *= factors.rocm_bandwidth_ratio
+        flops *= factors.rocm_compute_ratio
+    return _Rates(bw, flops, factors.gpu_overhead_s, mmq, kv_scale)
 
 
 def decode_bandwidth(device: Device, factors: SpeedFactors | None = None) -> float:
     """Return the bytes per second ``device`` reads while decoding (its bandwidth times the
     efficiency of its kind): what ranks devices by speed."""
-    return _rates(device, factors or SpeedFactors())[0]
+    return _rates(device, factors or SpeedFactors()).bandwidth
 
 
 def workload(
@@ -360,6 +437,8 @@ def workload(
     all_weight = [0.0] * n
     layer_flops = [0.0] * n
     head_flops = [0.0] * n
+    mmq_layer = [0.0] * n
+    mmq_head = [0.0] * n
     frac = spec.n_expert_used / spec.n_expert if spec.n_expert else 1.0
 
     def idx(dev: int) -> int:
@@ -388,23 +467,29 @@ def workload(
             all_weight[d] += t.n_bytes
             continue
         all_weight[d] += t.n_bytes
+        mmq = t.type_name.upper() in MMQ_TYPES and len(t.shape) >= 2
         if t.role == "expert":
             weight[d] += t.n_bytes * frac
             expert[d] += t.n_bytes * frac
             layer_flops[d] += 2.0 * t.n_elements * frac
+            mmq_layer[d] += 2.0 * t.n_elements * frac if mmq else 0.0
         elif t.role == "output":
             weight[d] += t.n_bytes
             head_flops[d] += 2.0 * t.n_elements
+            mmq_head[d] += 2.0 * t.n_elements if mmq else 0.0
         else:
             weight[d] += t.n_bytes
             if len(t.shape) >= 2:
                 layer_flops[d] += 2.0 * t.n_elements
+                mmq_layer[d] += 2.0 * t.n_elements if mmq else 0.0
     if spec.tied_embeddings:
         embd = next((t for t in spec.tensors if t.name == "token_embd.weight"), None)
         if embd is not None:
             d = idx(placement.output_device)
             weight[d] += embd.n_bytes  # the output head multiplies the whole matrix
             head_flops[d] += 2.0 * embd.n_elements
+            if embd.type_name.upper() in MMQ_TYPES:
+                mmq_head[d] += 2.0 * embd.n_elements
             if d == host:
                 add(output, embd)
 
@@ -452,7 +537,7 @@ def workload(
     )  # fmt: skip
     works = []
     for i, dev in enumerate(devs):
-        bw, flops, overhead = _rates(dev, factors)
+        r = _rates(dev, factors)
         works.append(
             DeviceWork(
                 name=dev.name,
@@ -467,11 +552,15 @@ def workload(
                 head_flops=head_flops[i],
                 attn_flops_per_depth=attn_full[i],
                 swa_attn_flops_per_depth=attn_swa[i],
-                bandwidth_bytes_per_s=bw,
-                flops_per_s=flops,
-                overhead_s=overhead,
+                bandwidth_bytes_per_s=r.bandwidth,
+                flops_per_s=r.flops,
+                overhead_s=r.overhead,
                 kv_quantized=quantized_kv,
                 kernels=kernels if i == host else None,
+                mmq_layer_flops=mmq_layer[i],
+                mmq_head_flops=mmq_head[i],
+                mmq_flops_per_s=r.mmq,
+                kv_read_scale=r.kv_scale,
             )
         )
     return Workload(
@@ -651,7 +740,8 @@ def decode_step_s(
             )
             continue
         swa = min(depth, work.n_swa) if work.n_swa else depth
-        kv = d.kv_bytes_per_depth * depth + d.swa_kv_bytes_per_depth * swa + d.state_bytes
+        kv = (d.kv_bytes_per_depth * depth + d.swa_kv_bytes_per_depth * swa) * d.kv_read_scale
+        kv += d.state_bytes
         weights = d.weight_bytes + d.expert_bytes * (share - 1.0)
         total += (weights + n_users * kv) / d.bandwidth_bytes_per_s
         attn = d.attn_flops_per_depth * depth + d.swa_attn_flops_per_depth * swa
@@ -705,7 +795,14 @@ def prefill_s(
             attn *= factors.quant_kv_attention_factor
         if d.kind != "host":
             attn /= factors.gpu_attention_efficiency
-        total += n_seqs * (d.layer_flops * n_tokens + d.head_flops + attn) / d.flops_per_s
+        products = d.layer_flops * n_tokens + d.head_flops
+        products_s = 0.0
+        if d.mmq_flops_per_s > 0:  # quantized products on the int8 tensor cores (MMQ)
+            mmq = d.mmq_layer_flops * n_tokens + d.mmq_head_flops
+            products_s += n_seqs * mmq / d.mmq_flops_per_s
+            products -= mmq
+        products_s += n_seqs * products / d.flops_per_s
+        total += products_s + n_seqs * attn / d.flops_per_s
         total += n_micro * d.all_weight_bytes / d.bandwidth_bytes_per_s
     return total * factors.prefill_scale
 
@@ -922,9 +1019,16 @@ def rerate(work: Workload, hardware: Hardware, factors: SpeedFactors) -> Workloa
     """Return ``work`` with each device's rates recomputed under ``factors`` (fast)."""
     devices = []
     for d, dev in zip(work.devices, hardware.devices, strict=True):
-        bw, flops, overhead = _rates(dev, factors)
+        r = _rates(dev, factors)
         devices.append(
-            dataclasses.replace(d, bandwidth_bytes_per_s=bw, flops_per_s=flops, overhead_s=overhead)
+            dataclasses.replace(
+                d,
+                bandwidth_bytes_per_s=r.bandwidth,
+                flops_per_s=r.flops,
+                overhead_s=r.overhead,
+                mmq_flops_per_s=r.mmq,
+                kv_read_scale=r.kv_scale,
+            )
         )
     return dataclasses.replace(work, devices=tuple(devices))
 
@@ -1265,8 +1369,12 @@ def _fit_prefill(
         ratio = statistics.median(ratios)
         if kind == "host" and not any(m.hardware.host.fp16_tflops for m in group):
             f = dataclasses.replace(f, host_compute_gflops=f.host_compute_gflops * ratio)
-        else:
-            f = dataclasses.replace(f, gpu_compute_efficiency=f.gpu_compute_efficiency * ratio)
+        else:  # one scale for the GPU's FP16 and MMQ products
+            f = dataclasses.replace(
+                f,
+                gpu_compute_efficiency=f.gpu_compute_efficiency * ratio,
+                gpu_mmq_efficiency=f.gpu_mmq_efficiency * ratio,
+            )
     factors = []
     for m in group:
         if not _quantized(m.settings):
@@ -1292,7 +1400,11 @@ def _prefill_parts(m: SpeedMeasurement, f: SpeedFactors) -> tuple[float, float, 
     """Return (weight-read s, compute s, attention compute s) of a prefill run under ``f``."""
     work = workload(m.spec, m.settings, m.hardware, f)
     reads_only = dataclasses.replace(
-        work, devices=tuple(dataclasses.replace(d, flops_per_s=math.inf) for d in work.devices)
+        work,
+        devices=tuple(
+            dataclasses.replace(d, flops_per_s=math.inf, mmq_flops_per_s=math.inf)
+            for d in work.devices
+        ),
     )
     no_attn = dataclasses.replace(
         work,

@@ -490,3 +490,17 @@ def test_report_without_host_still_gives_hardware() -> None:
     hw = report.to_hardware()
     assert hw.host.name == "CPU"
     assert hw.host.capacity_bytes is None
+
+
+def test_a_detected_nvidia_gpu_gets_its_profiles_int8_rate() -> None:
+    from app.hardware.probe import _with_profile_figures
+    from app.hardware.profiles import load_profiles
+    from app.hardware.report import GpuInfo
+
+    gpu = GpuInfo("nvidia", 0, "CUDA0", "NVIDIA GeForce RTX 4090", total_bytes=24 * GIB)
+    (filled,) = _with_profile_figures((gpu,), load_profiles())
+    assert (filled.int8_tops, filled.fp16_tflops, filled.bandwidth_gb_per_s) == (660.6, 165.2, 1008)
+    report = HardwareReport(host=None, gpus=(filled,), host_bandwidth=None, statuses=())
+    assert report.to_hardware().gpus[0].int8_tops == 660.6
+    unknown = GpuInfo("nvidia", 0, "CUDA0", "NVIDIA Some Future GPU", total_bytes=8 * GIB)
+    assert _with_profile_figures((unknown,), load_profiles())[0].int8_tops is None

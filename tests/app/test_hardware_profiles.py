@@ -227,6 +227,39 @@ fp16_tflops = { source = "the P40 has no fast FP16" }
 """
 
 
+def test_every_nvidia_gpu_has_an_int8_rate_and_devices_carry_it(builtin: ProfileSet) -> None:
+    for p in builtin:
+        if p.backend == "CUDA":
+            assert p.int8_tops is not None, p.id
+            assert p.int8_tops.value, p.id
+            assert p.int8_tops.source.strip(), p.id
+            # dense INT8 is 2x (full-rate FP32 accumulate) to 4x (GeForce) the FP16 figure
+            assert p.fp16_tflops.value is not None
+            assert 1.9 <= p.int8_tops.value / p.fp16_tflops.value <= 4.1, p.id
+        elif p.kind == "host":
+            assert p.int8_tops is None, p.id
+    hw = compose("rtx-4090 + 64GB", profiles=builtin)
+    assert hw.gpus[0].int8_tops == 660.6
+    assert compose("m2-ultra", profiles=builtin).gpus[0].int8_tops is None
+
+
+def test_int8_rate_is_optional_and_checked(tmp_path: Path) -> None:
+    (tmp_path / "mine.toml").write_text(
+        GOOD + 'int8_tops = { value = 47, source = "P40 datasheet" }\n'
+    )
+    mine = load_profiles([tmp_path]).get("my-box")
+    assert mine.int8_tops is not None
+    assert mine.int8_tops.value == 47
+    assert mine.gpu_device("CUDA0").int8_tops == 47
+    (tmp_path / "mine.toml").write_text(GOOD + 'int8_tops = { source = "unknown" }\n')
+    with pytest.raises(HardwareProfileError, match=r"int8_tops.value is missing"):
+        load_profiles([tmp_path])
+    host = GOOD.replace('kind = "gpu"', 'kind = "host"').replace('"CUDA"', '"CPU"')
+    (tmp_path / "mine.toml").write_text(host + 'int8_tops = { value = 1, source = "x" }\n')
+    with pytest.raises(HardwareProfileError, match=r"int8_tops is a GPU figure"):
+        load_profiles([tmp_path])
+
+
 def test_a_custom_profile_loads_and_composes(tmp_path: Path, builtin: ProfileSet) -> None:
     (tmp_path / "mine.toml").write_text(GOOD)
     profiles = load_profiles([builtin_profiles_dir(), tmp_path])
