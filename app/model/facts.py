@@ -197,22 +197,28 @@ def gpu_layers_text(n_gpu_layers: int, n_layer: int) -> str:
     return f"{n_gpu_layers - 1} of {n_layer} layers + output"
 
 
-def offloaded_text(offloaded: tuple[int, int] | None, n_layer: int) -> str:
+def offloaded_text(offloaded: tuple[int, int] | None, n_layer: int, has_gpu: bool = True) -> str:
     """Return llama.cpp's own ``load_tensors: offloaded N/M layers to GPU`` count in the
     words of :func:`gpu_layers_text` (the model card's and the slider's layers).
 
     ``offloaded`` is ``(N, M)`` from that line; M is ``n_layer + 1`` because llama.cpp
     counts the output layer as one (``src/llama-model.cpp``, ``load_tensors``:
     ``max_offloadable_layers = n_layer_all + 1``), so "0/19" is an 18-layer model with
-    nothing on a GPU. A build without GPU offload prints no such line (``None``): every
-    layer runs on the CPU, said as the GPU-layers slider says it on a machine without one.
+    nothing on a GPU. The line is printed whenever the build supports offload
+    (``llama_supports_gpu_offload()``: a GPU or the RPC backend compiled in) and N is the
+    ``-ngl`` asked for, not what was placed: without a GPU device (``has_gpu`` False)
+    ``act_gpu_layers = devices.empty() ? 0 : …`` puts every layer on the CPU while the log
+    still says "offloaded 19/19". That, and a build without offload (no line, ``None``),
+    is said as the GPU-layers slider says it on a machine without a GPU.
 
     >>> offloaded_text((37, 37), 36), offloaded_text((0, 19), 18)
     ('GPU layers: all 36 layers + output', 'GPU layers: none (all 18 layers on the CPU)')
     >>> offloaded_text((16, 63), 62), offloaded_text(None, 18)
     ('GPU layers: 15 of 62 layers + output', 'no GPU: all 18 layers on the CPU')
+    >>> offloaded_text((19, 19), 18, has_gpu=False)
+    'no GPU: all 18 layers on the CPU'
     """
-    if offloaded is None:
+    if offloaded is None or not has_gpu:
         return f"no GPU: all {n_layer} layers on the CPU"
     on, of = offloaded
     return "GPU layers: " + gpu_layers_text(on, of - 1)

@@ -257,3 +257,25 @@ def test_llama_cpp_holds_the_tied_embedding_twice(
     # everything else, and the table again for the output layer
     assert llama_mib(on_gpu) == llama_mib(gemma.weights_bytes)
     assert llama_mib(on_cpu + on_gpu - gemma.weights_bytes) == llama_mib(f.tied_copy_bytes)
+
+
+def test_the_compute_buffer_now_is_the_one_with_or_without_flash_attention() -> None:
+    """On a GPU the host keeps a small compute buffer of its own: "now", "with" and
+    "without flash attention" all count every device, so "now" is one of the two."""
+    from app.model.catalog import catalog_header
+    from app.model.quant import simulate_quant
+
+    spec = simulate_quant(model_spec(catalog_header("gemma-3-27b")), "Q4_K_M").spec
+    for flash in ("on", "off"):
+        settings = _settings(spec, 16384).replace(flash_attn=flash)
+        est = estimate(spec, settings, GPU_24)
+        assert len([d for d in est.devices if d.compute_bytes]) == 2  # the GPU and the host
+        f = explain_facts(spec, settings, est, GPU_24)
+        now = f.compute_bytes_flash_on if flash == "on" else f.compute_bytes_flash_off
+        assert now == f.compute_bytes == sum(d.compute_bytes for d in est.devices)
+        numbers = {
+            n.label: n.text
+            for n in _section(explain_model(spec, settings, est, GPU_24), "flash").numbers
+        }
+        label = "With flash attention" if flash == "on" else "Without flash attention"
+        assert numbers["Compute buffer now"] == numbers[label]

@@ -180,7 +180,8 @@ def _print_result(result: BenchResult, gaps: tuple[MemoryGap, ...]) -> None:
     s = result.settings
     mem = result.memory
     print(f"{result.model_name} — {os.path.basename(result.model_path)}")
-    layers = offloaded_text(result.engine.offloaded_layers, result.engine.n_layer)
+    has_gpu = any(d.type in ("gpu", "igpu") for d in result.engine.devices)
+    layers = offloaded_text(result.engine.offloaded_layers, result.engine.n_layer, has_gpu)
     print(
         f"  {result.backend}, {layers}, {result.n_threads} threads; context "
         f"{result.engine.n_ctx:,} cells, batch "

@@ -214,6 +214,9 @@ def test_verifys_offloaded_count_says_the_sliders_words() -> None:
         assert offloaded_text(logged, n_layer) == "GPU layers: " + gpu_layers_text(ngl, n_layer)
     assert offloaded_text((0, 19), 18) == "GPU layers: none (all 18 layers on the CPU)"
     assert offloaded_text(None, 18) == "no GPU: all 18 layers on the CPU"
+    # an RPC-capable build on a machine without a GPU logs "offloaded 19/19" (the -ngl
+    # asked for) and places nothing: said as the slider says it there
+    assert offloaded_text((19, 19), 18, has_gpu=False) == "no GPU: all 18 layers on the CPU"
 
 
 BARE_NUMBER = re.compile(r"^[~≈+−-]?\d[\d,.]*$")

@@ -178,7 +178,9 @@ class VerifyPanel(QWidget):
         note = QLabel(
             "llama.cpp prints sizes in MiB with two decimals, so its numbers are known to "
             "±0.005 MiB; weights are exact. Measured: the engine process's resident memory "
-            "above its level before loading, and the benchmark's speeds (mean ± sd)."
+            "above its level before loading, and the benchmark's speeds (mean ± sd). "
+            "Resident memory counts only the pages the run touched (a short benchmark fills "
+            "a part of the compute buffers), so the RSS rows stay below the estimate."
         )
         note.setWordWrap(True)
         note.setEnabled(False)

@@ -228,7 +228,9 @@ def benchmark_rows(
 
 def summarize_benchmark(result: BenchResult) -> str:
     """Return what the benchmark ran, in one line."""
-    layers = offloaded_text(result.engine.offloaded_layers, result.engine.n_layer)
+    engine = result.engine
+    has_gpu = any(d.type in ("gpu", "igpu") for d in engine.devices)
+    layers = offloaded_text(engine.offloaded_layers, engine.n_layer, has_gpu)
     return (
         f"{result.model_name} · {result.backend}, {layers}, "
         f"{result.n_threads} threads · load {result.load_s:.2f} s · {result.plan.mode} plan, "
@@ -264,7 +266,8 @@ def memory_text(row: ComparisonRow, col: int) -> str:
     if diff is None:
         return ""
     pct = row.difference_percent
-    return format_mib(diff, signed=True) + ("" if pct is None else f" ({pct:+.2f} %)")
+    # a no-break space before "%": a narrow column wraps before "(", never before "%)"
+    return format_mib(diff, signed=True) + ("" if pct is None else f" ({pct:+.2f}\u00a0%)")
 
 
 def speed_text(row: SpeedRow, col: int) -> str:

@@ -23,6 +23,16 @@ from ui.desktop.verify.rows import (
 
 _HEADERS: Final = ("Component", "Estimate", "llama.cpp", "Difference", "Measured")
 
+RSS_TIP: Final = (
+    "Resident memory (RSS) counts only the pages a run touched. The compute buffers are "
+    "reserved for the largest batch these settings allow and a short benchmark fills a "
+    "part of them, so the anonymous and total rows stay below the estimate, which is what "
+    "the settings can need (an upper bound: more than 10 % above it would be a defect). "
+    "The mapped weights count once read, both ways."
+)
+"""Why the RSS rows differ from the estimate while the rows above agree to 0.00 MiB
+(:data:`app.measured.bench_result.RSS_REL_TOLERANCE`)."""
+
 
 class ComparisonTableModel(RecordTableModel[TableRow]):
     """Rows of :class:`ComparisonRow` and :class:`SpeedRow` (read-only).
@@ -50,6 +60,8 @@ class ComparisonTableModel(RecordTableModel[TableRow]):
                 row.difference_bytes,
                 row.measured_bytes,
             )[col]
+        if role == Qt.ItemDataRole.ToolTipRole and not isinstance(row, SpeedRow):
+            return RSS_TIP if row.component.startswith("RSS ") else None
         if role == Qt.ItemDataRole.TextAlignmentRole and col > 0:
             return RIGHT
         return None
