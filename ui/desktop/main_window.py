@@ -364,6 +364,10 @@ class MainWindow(QMainWindow):
             self.hub_dialog = HubDialog(
                 self.estimates, self.memory_panel.speed, self._on_hub_downloaded, self
             )
+            # over the window, a little smaller than it (at most 1100 × 700)
+            self.hub_dialog.resize(
+                min(1100, max(640, self.width() - 60)), min(700, max(420, self.height() - 60))
+            )
         self.hub_dialog.show()
         if QGuiApplication.platformName() != "offscreen":  # it has no stacking to change
             self.hub_dialog.raise_()

@@ -97,7 +97,9 @@ def test_every_level_shows_the_cores_badge_and_follows_the_hardware(
     option = QStyleOptionViewItem()
     combo.itemDelegate().initStyleOption(option, combo.model().index(1, 0))
     assert option.text == combo.itemText(1) + combo.itemData(1, SUFFIX_ROLE)
-    assert combo.view().minimumWidth() > 0
+    assert combo.view().window().width() >= combo.popup_width()  # opens wide enough
+    screen = combo.screen().availableGeometry()
+    assert screen.contains(combo.view().window().geometry())  # and on the screen
 
     before = shown_badges(window)
     window.hardware.set_hardware(Hardware.with_gpus([4 * GIB], 32 * GIB), "Planned", "planned")

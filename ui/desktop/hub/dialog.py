@@ -292,9 +292,11 @@ class HubDialog(QDialog):
             return
         unread = sum(1 for r in files.rows if r.row.error)
         note = f"; {unread} could not be read (see their badges)" if unread else ""
+        what = "model" if n == 1 else "models"
+        read = "its header was" if n == 1 else "their headers were"
         self._say(
-            f"{n} GGUF {'model' if n == 1 else 'models'} in {files.repo_id}{left_out}: "
-            f"only their headers were read{note}. Select one and Download and open."
+            f"{n} GGUF {what} in {files.repo_id}{left_out}: only {read} read{note}. "
+            "Select one and Download and open."
         )
 
     def _on_controller_files_failed(self, text: str) -> None:

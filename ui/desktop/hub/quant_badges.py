@@ -5,7 +5,7 @@ every level it can be simulated at (:func:`app.planning.badges.quant_badges`: ea
 Compare row, as the runner chosen would run it, the same badge as the hub search's) for
 the settings and hardware in force, while the dropdown's list is open, debounced
 (:class:`~ui.desktop.shared.jobs.LatestJob`), and announces them with ``badges_changed``;
-the Settings panel draws them after each level's title (:class:`BadgeSuffixDelegate`).
+the Settings panel's :class:`BadgeComboBox` draws them after each level's title.
 The levels' specs are simulated once per model by the estimate controller; the badges
 take those specs
 (:meth:`~ui.desktop.shared.estimate_controller.EstimateController.simulated_specs`) and
@@ -56,6 +56,51 @@ class BadgeSuffixDelegate(QStyledItemDelegate):
         suffix = index.data(SUFFIX_ROLE)
         if isinstance(suffix, str) and suffix:
             option.text = f"{option.text}{suffix}"
+
+
+class BadgeComboBox(QComboBox):
+    """A combo box whose list draws each item's :data:`SUFFIX_ROLE` words after its text
+    (:class:`BadgeSuffixDelegate`) and opens wide enough for them, kept on the screen
+    (Qt sizes the list by the item texts alone, and a wider view was cut at the screen's
+    edge). GUI thread."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setItemDelegate(BadgeSuffixDelegate(self))
+        # badges that arrive while the list is open widen it there and then
+        self.model().dataChanged.connect(lambda *_args: self._fit_popup())
+
+    def popup_width(self) -> int:
+        """Return the width the list needs for its longest title and badge, pixels."""
+        metrics = self.view().fontMetrics()
+        widest = 0
+        for i in range(self.count()):
+            suffix = self.itemData(i, SUFFIX_ROLE)
+            text = self.itemText(i) + (suffix if isinstance(suffix, str) else "")
+            widest = max(widest, metrics.horizontalAdvance(text))
+        scroll = self.view().verticalScrollBar().sizeHint().width()
+        return widest + 4 * metrics.averageCharWidth() + scroll
+
+    def showPopup(self) -> None:
+        """Open the list, widened to :meth:`popup_width` and moved back onto the screen."""
+        super().showPopup()
+        self._fit_popup()
+
+    def _fit_popup(self) -> None:
+        if not self.view().isVisible():
+            return
+        popup = self.view().window()
+        want = self.popup_width()
+        if popup is self.window() or want <= popup.width():
+            return
+        geometry = popup.geometry()
+        screen = self.screen().availableGeometry()
+        geometry.setWidth(min(want, screen.width()))
+        if geometry.right() > screen.right():
+            geometry.moveRight(screen.right())
+        if geometry.left() < screen.left():
+            geometry.moveLeft(screen.left())
+        popup.setGeometry(geometry)
 
 
 @dataclass(frozen=True, slots=True)

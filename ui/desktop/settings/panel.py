@@ -40,7 +40,7 @@ from app.planning.runner_plan import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOI
 from app.predict.speed import DEFAULT_GPU_BANDWIDTH_GB_PER_S
 from app.settings import ALL_LAYERS, CACHE_TYPES, FLASH_ATTN_MODES, RUNNERS, Settings
 from app.units import GIB, format_bytes
-from ui.desktop.hub.quant_badges import OWN, SUFFIX_ROLE, BadgeSuffixDelegate, LevelBadge
+from ui.desktop.hub.quant_badges import OWN, SUFFIX_ROLE, BadgeComboBox, LevelBadge
 from ui.desktop.hub.tables import BADGE_COLORS
 from ui.desktop.settings.context import ContextControl
 from ui.desktop.shared.estimate_controller import (
@@ -197,9 +197,8 @@ class SettingsPanel(QWidget):
     def _build_quant(self) -> QGroupBox:
         box = QGroupBox("Model file")
         form = _form(box)
-        self.quant_combo = QComboBox()
+        self.quant_combo = BadgeComboBox()
         self.quant_combo.setToolTip(QUANT_TOOLTIP)
-        self.quant_combo.setItemDelegate(BadgeSuffixDelegate(self.quant_combo))
         self.quant_combo.setEnabled(False)
         self.quant_combo.currentIndexChanged.connect(self._on_quant_combo_changed)
         form.addRow(_label("&Quantization:", self.quant_combo), self.quant_combo)
@@ -473,8 +472,6 @@ class SettingsPanel(QWidget):
 
     def _show_quant_badges(self) -> None:
         combo = self.quant_combo
-        widest = 0
-        metrics = combo.view().fontMetrics()
         for i in range(combo.count()):
             key = combo.itemData(i)
             level = self._quant_badges.get(key if isinstance(key, str) else OWN)
@@ -487,9 +484,6 @@ class SettingsPanel(QWidget):
             combo.setItemData(i, suffix, SUFFIX_ROLE)
             combo.setItemData(i, tip, Qt.ItemDataRole.ToolTipRole)
             combo.setItemData(i, color, Qt.ItemDataRole.ForegroundRole)
-            widest = max(widest, metrics.horizontalAdvance(combo.itemText(i) + suffix))
-        # the list opens wide enough for the badges (the closed box keeps its width)
-        combo.view().setMinimumWidth(widest + 3 * metrics.averageCharWidth() if widest else 0)
 
     def _on_controller_model_changed(self, model: LoadedModel) -> None:
         spec = model.spec
