@@ -34,6 +34,9 @@ COMMANDS: Final[dict[str, Command]] = {
     "hf": Command(
         "ui.cli.hf", "compare a Hugging Face repo's quant files without downloading; download one"
     ),
+    "search": Command(
+        "ui.cli.search", "search the Hugging Face Hub for GGUF repos, most downloaded first"
+    ),
     "compare": Command("ui.cli.compare", "every quant level side by side: memory, speed, quality"),
     "recommend": Command("ui.cli.recommend", "settings for a goal, and why"),
     "plan": Command("ui.cli.plan", "how many users fit at a context and speed"),
