@@ -521,20 +521,35 @@ def _kv(f: ExplainFacts) -> Section | None:
         "notes per token it has seen: a key (what the token is about) and a value (what it "
         "contributes). That store is the KV cache, and it grows by one entry per layer with "
         "every token, in the prompt and in the answer." + gqa,
-        f"For this model one token costs {_size(f.kv_bytes_per_token)} of cache over "
-        f"all its attention layers, stored as {kind}. llama.cpp reserves the cache for the "
-        f"whole context up front: {fmt_tokens(f.n_ctx)} → {_size(f.kv_bytes)}, used "
-        "even while the conversation is still short. Doubling the context roughly doubles "
-        "this part.",
     ]
-    numbers = [
-        _num(
-            "KV per token",
-            f.kv_bytes_per_token,
-            _size(f.kv_bytes_per_token),
-        ),
-        _num("KV cache at this context", f.kv_bytes, _size(f.kv_bytes)),
-    ]
+    if f.n_swa_layers and f.n_swa and f.n_full_layers:
+        # only the full-attention layers keep every token: a per-token cost over all the
+        # layers times the context (Gemma 3 27B: 496 KiB × 16k = 7.75 GiB) is no cache
+        # llama.cpp reserves; the model card counts the growing layers alike
+        paragraphs.append(
+            f"For this model one token costs {_size(f.kv_bytes_per_token_full)} of cache in "
+            f"its {_plural(f.n_full_layers, 'full-attention layer')}, which keep every "
+            f"token, stored as {kind}; its {f.n_swa_layers} sliding-window layers keep only "
+            f"the last {fmt_tokens(f.n_swa)} (step 5). llama.cpp reserves the cache for the "
+            f"whole context up front: {fmt_tokens(f.n_ctx)} → {_size(f.kv_bytes)}, used "
+            "even while the conversation is still short. Doubling the context roughly "
+            f"doubles the full-attention part ({_size(f.kv_bytes_full_cache)} now)."
+        )
+        per_token = _num(
+            "KV per token (full-attention layers)",
+            f.kv_bytes_per_token_full,
+            _size(f.kv_bytes_per_token_full),
+        )
+    else:
+        paragraphs.append(
+            f"For this model one token costs {_size(f.kv_bytes_per_token)} of cache over "
+            f"all its attention layers, stored as {kind}. llama.cpp reserves the cache for "
+            f"the whole context up front: {fmt_tokens(f.n_ctx)} → {_size(f.kv_bytes)}, used "
+            "even while the conversation is still short. Doubling the context roughly "
+            "doubles this part."
+        )
+        per_token = _num("KV per token", f.kv_bytes_per_token, _size(f.kv_bytes_per_token))
+    numbers = [per_token, _num("KV cache at this context", f.kv_bytes, _size(f.kv_bytes))]
     if f.kv_bytes_q8 is not None and f.kv_bytes_q8 != f.kv_bytes:
         paragraphs.append(
             "The cache can be quantized too: with 8-bit numbers (q8_0) instead of "

@@ -95,7 +95,13 @@ def test_sections_quote_the_models_own_numbers(gemma: ModelSpec) -> None:
     assert format_bytes(est.device("CPU").weights_bytes, down_to="bytes") in weights
     kv = _text(_section(sections, "kv"))
     assert format_bytes(f.kv_bytes_per_token, down_to="bytes") == "18.0 KiB"
-    assert "18.0 KiB" in kv
+    # the per-token cost quoted is the one that grows with the context (3 full-attention
+    # layers), so per token × context is the full-attention cache, as the card counts it
+    assert format_bytes(f.kv_bytes_per_token_full, down_to="bytes") == "3.0 KiB"
+    assert "3.0 KiB of cache in its 3 full-attention layers" in kv
+    assert "18.0 KiB" not in kv
+    assert f.kv_bytes_per_token_full * 32768 == f.kv_bytes_full_cache
+    assert f"full-attention part ({format_bytes(f.kv_bytes_full_cache, down_to='bytes')} now)" in kv
     assert format_bytes(est.device("CPU").kv_bytes, down_to="bytes") in kv
     assert fmt_tokens(32768) in kv
     window = _text(_section(sections, "window"))

@@ -86,6 +86,13 @@ def test_comparison_table(qtmodeltester: ModelTester) -> None:
         )
     )
     qtmodeltester.check(table)
-    assert table.index(1, 3).data() == "+0.50 MiB (+0.79 %)"
-    assert table.index(2, 2).data() == "not reported"
+    assert table.index(1, 3).data() == "+0.50 MiB (+0.79\u00a0%)"
+    assert table.index(2, 2).data() == "—"
+    assert table.index(2, 2).data(Qt.ItemDataRole.ToolTipRole) == (
+        "llama.cpp's log has no figure for this"
+    )
+    assert table.index(0, 3).data() == "0.00 MiB"  # no "(+0.00 %)" beside it
+    from ui.desktop.verify.rows import _signed
+
+    assert (_signed(-47.2, 0), _signed(-0.2, 0), _signed(0.79, 2)) == ("−47", "0", "+0.79")
     assert table.index(0, 3).data(Qt.ItemDataRole.UserRole) == 0

@@ -195,5 +195,6 @@ def test_the_plan_line_says_no_gpu_on_a_machine_without_one(
     window.tabs.setCurrentWidget(window.recommend_panel)
     run(qtbot, window, GoalForm("users", n_users=1, ctx=4096))
     text = window.recommend_panel.settings_label.text()
-    assert "no GPU: all layers on the CPU" in text
+    n_layer = window.estimates.model.spec.n_layer  # type: ignore[union-attr]
+    assert f"no GPU: all {n_layer} layers on the CPU" in text  # as the slider says it
     assert "GPU layers all" not in text

@@ -191,7 +191,8 @@ def test_quick_benchmark_measures_stores_and_shows_history(
     anonymous = panel.table_model.index(names.index("RSS anonymous (buffers)"), 3)
     assert "upper bound" in anonymous.data(Qt.ItemDataRole.ToolTipRole)
     assert panel.table_model.index(0, 3).data(Qt.ItemDataRole.ToolTipRole) is None
-    assert panel.table_model.index(0, 3).data().endswith("\u00a0%)")  # "%" never wraps alone
+    assert anonymous.data().endswith("\u00a0%)")  # "%" never wraps alone
+    assert panel.table_model.index(0, 3).data() == "0.00 MiB"  # weights: exact, no "(+0.00 %)"
     # stored, in the injected database, and shown in the history
     assert outcome.run_id is not None
     assert outcome.store_error is None

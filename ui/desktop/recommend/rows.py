@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from app.hardware.devices import Hardware
+from app.model.facts import gpu_layers_text
 from app.model.spec import ModelSpec
 from app.planning.goals import Candidate, Goal, GoalName, Recommendation
 from app.planning.options import DEFAULT_MAX_KLD, QuantOption
@@ -112,11 +113,12 @@ def settings_summary(c: Candidate) -> str:
     s = c.settings
     has_gpu = any(d.kind == "gpu" for d in c.estimate.devices)
     if not has_gpu:
-        layers = "no GPU: all layers on the CPU"
-    elif c.gpu_layers >= c.n_layers:  # the repeating layers, as the card and slider count
-        layers = f"GPU layers: all {c.n_layers} + output"
+        layers = f"no GPU: all {c.n_layers} layers on the CPU"
     else:
-        layers = f"GPU layers: {c.gpu_layers} of {c.n_layers}"
+        # the repeating layers on GPUs, and the output layer, which goes there first: the
+        # words of the slider, the card and Verify ("all 36 layers + output")
+        ngl = c.gpu_layers + 1 if c.gpu_layers else 0
+        layers = "GPU layers: " + gpu_layers_text(ngl, c.n_layers)
     parts = [
         f"{c.quant.name} ({c.quant.origin})",
         f"context {fmt_ctx(s.n_ctx)}"

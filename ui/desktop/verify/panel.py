@@ -152,6 +152,10 @@ class VerifyPanel(QWidget):
         self.history.setAccessibleName("Past benchmarks of this model")
         self.history.verticalHeader().hide()
         self.history.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        # the date in words ("1 Dec 2026, 17:49 UTC") whole, at 1004 pixels too
+        self.history.horizontalHeader().setSectionResizeMode(
+            0, QHeaderView.ResizeMode.ResizeToContents
+        )
         self.history.setAlternatingRowColors(True)
         self.history.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
         history_box = QWidget()

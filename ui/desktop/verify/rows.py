@@ -259,15 +259,31 @@ def memory_text(row: ComparisonRow, col: int) -> str:
     if col == 1:
         return format_mib(row.estimate_bytes)
     if col == 2:
-        return "not reported" if row.engine_bytes is None else format_mib(row.engine_bytes)
+        # "—", as for the speeds: the cell's tooltip says llama.cpp has no such figure
+        return "—" if row.engine_bytes is None else format_mib(row.engine_bytes)
     if col == 4:
         return "" if row.measured_bytes is None else format_mib(row.measured_bytes)
     diff = row.difference_bytes
     if diff is None:
         return ""
     pct = row.difference_percent
+    if pct is None or round(pct, 2) == 0:
+        return format_mib(diff, signed=True)  # "(+0.00 %)" beside "0.00 MiB" says nothing
     # a no-break space before "%": a narrow column wraps before "(", never before "%)"
-    return format_mib(diff, signed=True) + ("" if pct is None else f" ({pct:+.2f}\u00a0%)")
+    return format_mib(diff, signed=True) + f" ({_signed(pct, 2)}\u00a0%)"
+
+
+def _signed(value: float, digits: int) -> str:
+    """Return ``value`` with its sign, a minus sign as :func:`format_mib` writes it; no
+    sign where it rounds to zero ("0 %", not "-0 %").
+
+    >>> _signed(-47.2, 0), _signed(-0.2, 0), _signed(0.79, 2)
+    ('−47', '0', '+0.79')
+    """
+    if round(value, digits) == 0:
+        return f"{0:.{digits}f}"
+    text = f"{value:+.{digits}f}"
+    return text.replace("-", "−", 1) if text.startswith("-") else text
 
 
 def speed_text(row: SpeedRow, col: int) -> str:
@@ -281,4 +297,4 @@ def speed_text(row: SpeedRow, col: int) -> str:
     if col == 4:
         return format_stat(row.measured, row.unit)
     pct = row.difference_percent
-    return "" if pct is None else f"{pct:+.0f} %"
+    return "" if pct is None else f"{_signed(pct, 0)} %"

@@ -61,7 +61,11 @@ class ComparisonTableModel(RecordTableModel[TableRow]):
                 row.measured_bytes,
             )[col]
         if role == Qt.ItemDataRole.ToolTipRole and not isinstance(row, SpeedRow):
-            return RSS_TIP if row.component.startswith("RSS ") else None
+            if row.component.startswith("RSS "):
+                return RSS_TIP
+            if col == 2 and row.engine_bytes is None:
+                return "llama.cpp's log has no figure for this"
+            return None
         if role == Qt.ItemDataRole.TextAlignmentRole and col > 0:
             return RIGHT
         return None
