@@ -195,11 +195,32 @@ def implied_depth_scale(row: Row, field: str) -> float:
     return (measured - e0) / (e1 - e0)
 
 
+def metal_moe_rows(row: Row) -> bool:
+    """Decode rows of a mixture of experts on a Metal GPU."""
+    from app.hardware.profiles import compose
+
+    if row.test != "tg" or not compose(row.hardware).gpus[0].name.startswith("MTL"):
+        return False
+    return standin_spec(row.model, row.quant).n_expert > 0
+
+
+def implied_nonnegative(row: Row, field: str) -> float:
+    """Return :func:`implied` in [0, …): 0 for a row the model predicts slower already."""
+    import dataclasses
+
+    from app.predict.speed import SpeedFactors
+
+    if predict(row, dataclasses.replace(SpeedFactors(), **{field: 0.0})) <= row.tok_per_s:
+        return 0.0
+    return implied(row, field, lo=1e-9, hi=1e-3)
+
+
 FITS: dict[str, tuple[Callable[[Row], bool], Callable[[Row, str], float]]] = {
     "gpu_mmq_efficiency": (mmq_rows, implied),
     "rocm_bandwidth_ratio": (rocm_rows("tg"), implied),
     "rocm_compute_ratio": (rocm_rows("pp"), implied),
     "metal_kv_read_scale": (metal_depth_rows, implied_depth_scale),
+    "metal_expert_product_s": (metal_moe_rows, implied_nonnegative),
 }
 """The factors of :class:`app.predict.speed.SpeedFactors` fitted to this table: field ->
 (the rows it is fitted on, the value a row implies). Each is the median of the values its

@@ -123,6 +123,12 @@ token from depth 0 to depth 16384 in llama.cpp benches/mac-m2-ultra.md over the 
 time the bandwidth model gives, median over its models; checked leave one model out in
 docs/benchmarks.md."""
 
+METAL_EXPERT_PRODUCT_S: Final = 2.55e-6
+"""On Metal each routed expert's matrix × vector product (``mul_mat_id``, one per expert
+tensor per expert a token picks) costs this much more than its bytes in decode: the
+median of what the MoE decode rows of llama.cpp benches/mac-m2-ultra.md imply (0 for a
+row that needs none), checked leave one out in docs/benchmarks.md."""
+
 MMQ_TYPES: Final = frozenset(
     {
         "Q1_0", "Q2_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
@@ -154,7 +160,8 @@ class SpeedFactors:
     products of quantized weights where the GPU has one (MMQ); on a ROCm device
     ``rocm_bandwidth_ratio``/``rocm_compute_ratio`` further multiply the GPU's bandwidth
     and compute efficiencies; ``metal_kv_read_scale`` multiplies the time a Metal device
-    reads the KV cache in decode; ``host_compute_gflops`` is the CPU's effective prefill
+    reads the KV cache in decode, ``metal_expert_product_s`` is its cost per routed expert
+    product in decode; ``host_compute_gflops`` is the CPU's effective prefill
     rate (used when the host has no ``fp16_tflops``). ``quant_kv_attention_factor``
     multiplies the attention FLOPs when the KV cache is quantized (q8_0, q4_0 …): the CPU
     dequantizes every cell it attends to (fitted here: ~4-7× on the 2-core EPYC of
@@ -185,6 +192,7 @@ class SpeedFactors:
     rocm_bandwidth_ratio: float = ROCM_BANDWIDTH_RATIO
     rocm_compute_ratio: float = ROCM_COMPUTE_RATIO
     metal_kv_read_scale: float = METAL_KV_READ_SCALE
+    metal_expert_product_s: float = METAL_EXPERT_PRODUCT_S
     host_kernel_scale: float = 1.0
     host_attention_scale: float = 1.0
     host_node_scale: float = 1.0
@@ -342,6 +350,11 @@ class DeviceWork:
     kv_read_scale: float = 1.0
     """Multiplies the time of reading the KV cache in decode (Metal's, see
     METAL_KV_READ_SCALE)."""
+    expert_tensors: int = 0
+    """Routed-expert weight tensors on the device (one product per expert a token picks)."""
+    expert_product_s: float = 0.0
+    """The cost of each such product in decode beyond its bytes (Metal's, see
+    METAL_EXPERT_PRODUCT_S)."""
     kernels: KernelWork | None = None
     """The host's share priced by this CPU's measured kernels (None: bandwidth model)."""
 
@@ -384,6 +397,8 @@ class _Rates:
     """int8 ops/s of quantized products in prefill (0: none, they run at ``flops``)"""
     kv_scale: float = 1.0
     """time multiplier of KV reads in decode"""
+    expert_product_s: float = 0.0
+    """s per routed expert product in decode"""
 
 
 def _rates(device: Device, factors: SpeedFactors) -> _Rates:
@@ -400,15 +415,17 @@ def _rates(device: Device, factors: SpeedFactors) -> _Rates:
     bw = (device.bandwidth_gb_per_s or DEFAULT_GPU_BANDWIDTH_GB_PER_S) * GB
     flops = (device.fp16_tflops or DEFAULT_GPU_TFLOPS) * 1e12 * factors.gpu_compute_efficiency
     mmq = (device.int8_tops or 0.0) * 1e12 * factors.gpu_mmq_efficiency
-    kv_scale = factors.metal_kv_read_scale if device.name.startswith("MTL") else 1.0
+    metal = device.name.startswith("MTL")
+    kv_scale = factors.metal_kv_read_scale if metal else 1.0
+    per_expert = factors.metal_expert_product_s if metal else 0.0
     if kind == "unified":
         bw *= factors.unified_bandwidth_efficiency
-        return _Rates(bw, flops, factors.unified_overhead_s, mmq, kv_scale)
+        return _Rates(bw, flops, factors.unified_overhead_s, mmq, kv_scale, per_expert)
     bw *= factors.gpu_bandwidth_efficiency
     if device.name.startswith("ROCm"):
         bw *= factors.rocm_bandwidth_ratio
         flops *= factors.rocm_compute_ratio
-    return _Rates(bw, flops, factors.gpu_overhead_s, mmq, kv_scale)
+    return _Rates(bw, flops, factors.gpu_overhead_s, mmq, kv_scale, per_expert)
 
 
 def decode_bandwidth(device: Device, factors: SpeedFactors | None = None) -> float:
@@ -434,6 +451,7 @@ def workload(
     n = len(devs)
     weight = [0.0] * n
     expert = [0.0] * n
+    expert_tensors = [0] * n
     all_weight = [0.0] * n
     layer_flops = [0.0] * n
     head_flops = [0.0] * n
@@ -471,6 +489,7 @@ def workload(
         if t.role == "expert":
             weight[d] += t.n_bytes * frac
             expert[d] += t.n_bytes * frac
+            expert_tensors[d] += len(t.shape) >= 3  # a stack of matrices (not a bias)
             layer_flops[d] += 2.0 * t.n_elements * frac
             mmq_layer[d] += 2.0 * t.n_elements * frac if mmq else 0.0
         elif t.role == "output":
@@ -544,6 +563,7 @@ def workload(
                 kind=_device_kind(dev),
                 weight_bytes=weight[i],
                 expert_bytes=expert[i],
+                expert_tensors=expert_tensors[i],
                 all_weight_bytes=all_weight[i],
                 kv_bytes_per_depth=kv_full[i],
                 swa_kv_bytes_per_depth=kv_swa[i],
@@ -561,6 +581,7 @@ def workload(
                 mmq_head_flops=mmq_head[i],
                 mmq_flops_per_s=r.mmq,
                 kv_read_scale=r.kv_scale,
+                expert_product_s=r.expert_product_s,
             )
         )
     return Workload(
@@ -744,6 +765,8 @@ def decode_step_s(
         kv += d.state_bytes
         weights = d.weight_bytes + d.expert_bytes * (share - 1.0)
         total += (weights + n_users * kv) / d.bandwidth_bytes_per_s
+        if d.expert_product_s:  # each expert any of the tokens picks, once per tensor
+            total += d.expert_tensors * work.n_expert_used * share * d.expert_product_s
         attn = d.attn_flops_per_depth * depth + d.swa_attn_flops_per_depth * swa
         flops = d.layer_flops + d.head_flops + attn
         total += (n_users - 1) * flops / d.flops_per_s
@@ -1028,6 +1051,7 @@ def rerate(work: Workload, hardware: Hardware, factors: SpeedFactors) -> Workloa
                 overhead_s=r.overhead,
                 mmq_flops_per_s=r.mmq,
                 kv_read_scale=r.kv_scale,
+                expert_product_s=r.expert_product_s,
             )
         )
     return dataclasses.replace(work, devices=tuple(devices))

@@ -23,20 +23,12 @@ _MMQ_SPREAD = (
     "depth-0 rows) does not hold them all: the rows imply 0.45 on the RTX 4090 (PR #7676), "
     "0.23-0.25 on the RTX 3090, 0.09-0.17 on GB10"
 )
-_QWEN3_METAL = (
-    "qwen3-30b-a3b decodes 30 % slower on Metal than its bandwidth at depth 0 (128 experts, "
-    "8 used: 1,152 expert products of 1.7 MB per token); the gpt-oss MoE rows hold"
-)
 _QWEN3_SPARK_PP = (
     "qwen3-30b-a3b's prefill on GB10 implies an MMQ efficiency of 0.09, the lowest of the "
     "table (128 experts, ~128 tokens each in a 2048-token batch)"
 )
 
 KNOWN_MISSES: dict[tuple[str, str, str], str] = {
-    ("m2-ultra", "qwen3-30b-a3b", "tg32"): _QWEN3_METAL,
-    ("m2-ultra", "qwen3-30b-a3b", "tg32 @ d16384"): (
-        _QWEN3_METAL + "; at depth 16384 it is +20.03 %, just outside"
-    ),
     ("dgx-spark", "gpt-oss-20b", "tg32"): "gpt-oss-20b decodes at 95 % of GB10's bandwidth",
     ("dgx-spark", "qwen3-30b-a3b", "pp2048"): _QWEN3_SPARK_PP,
     ("dgx-spark", "qwen3-30b-a3b", "pp2048 @ d16384"): (
