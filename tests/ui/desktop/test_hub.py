@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -23,11 +23,12 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QAbstractButton, QApplication, QLabel, QWidget
 from pytestqt.qtbot import QtBot
 
+import ui.desktop.compare.download
 import ui.desktop.hub.rows
 from app.hardware.devices import Hardware
 from app.planning.badges import badge
 from app.sources.demo_models import SMOLLM
-from app.sources.hf import RemoteModel
+from app.sources.hf import DownloadProgress, ModelEntry, RemoteModel, RepoListing
 from app.units import GIB, MIB
 from tests.fake_hub import REPO, FakeHub
 from tests.ui.desktop.test_keyboard import mnemonic
@@ -180,6 +181,58 @@ def test_download_and_open_opens_the_model_in_the_main_window(
     assert not dialog.progress.isVisible()
 
 
+def test_cancel_a_download_then_download_again_resumes_and_opens(
+    qtbot: QtBot, window: MainWindow, hub: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dialog = open_dialog(qtbot, window)
+    search(qtbot, dialog, "demo")
+    pick_repo(qtbot, dialog, REPO)
+    real = ui.desktop.compare.download.download
+
+    def held(
+        listing: RepoListing,
+        entry: ModelEntry,
+        *,
+        progress: Callable[[DownloadProgress], None],
+        cancel: threading.Event,
+        **kwargs: object,
+    ) -> Path:
+        def report(p: DownloadProgress) -> None:
+            progress(p)
+            if p.stage == "downloading" and p.done_bytes > 0:
+                cancel.wait(60)  # pool thread: until the user cancels
+
+        return real(listing, entry, progress=report, cancel=cancel, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ui.desktop.compare.download, "download", held)
+    names = [r.entry.name for r in dialog.files.rows]
+    dialog.file_view.selectRow(names.index("demo-Q4_1.gguf"))
+    qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
+    try:
+        qtbot.waitUntil(lambda: " · file 1/1" in dialog.status.text(), timeout=TIMEOUT_MS)
+        assert dialog.progress.isVisible()
+        assert not dialog.download_button.isEnabled()
+        assert dialog.cancel_button.isEnabled()
+        qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
+    finally:
+        dialog.downloads.cancel()  # never leave the worker waiting (a no-op after the click)
+    qtbot.waitUntil(lambda: not dialog.downloads.running, timeout=TIMEOUT_MS)
+    assert dialog.status.text().startswith("Download cancelled at ")
+    assert dialog.status.text().endswith("the next Download resumes it.")
+    assert not dialog.progress.isVisible()
+    assert dialog.download_button.isEnabled()
+    sent = hub.sent("/cdn/")
+    monkeypatch.setattr(ui.desktop.compare.download, "download", real)
+    with qtbot.waitSignal(window.models.model_loaded, timeout=DOWNLOAD_TIMEOUT_MS) as loaded:
+        qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
+    assert Path(loaded.args[0].spec.path).name == "demo-Q4_1.gguf"
+    # a resume is an open range from the bytes kept (header reads are closed ranges)
+    resumed = [r.range for r in hub.requests("/cdn/") if r.range and r.range.endswith("-")]
+    assert resumed
+    assert resumed[-1] != "bytes=0-"
+    assert hub.sent("/cdn/") - sent < SMOLLM.size_bytes  # the rest only, not the whole file
+
+
 def test_offline_says_so_in_one_line_and_nothing_stays_busy(
     qtbot: QtBot, window: MainWindow, hub: FakeHub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -234,16 +287,21 @@ def test_cancel_stops_reading_the_headers(
         return out
 
     monkeypatch.setattr(ui.desktop.hub.rows, "read_models", held)
-    dialog.repo_view.selectRow(0)
-    qtbot.waitUntil(lambda: len(batches) == 1, timeout=TIMEOUT_MS)
-    assert dialog.controller.busy
-    assert dialog.status.text().startswith("Reading the file headers… 0 of 3")
-    assert dialog.cancel_button.isEnabled()
-    qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
-    assert dialog.status.text() == "Cancelled: the repo's files were not read."
-    assert not dialog.controller.busy
-    assert not dialog.cancel_button.isEnabled()
-    release.set()
+    try:
+        dialog.repo_view.selectRow(0)
+        qtbot.waitUntil(lambda: len(batches) == 1, timeout=TIMEOUT_MS)
+        # the report comes through a queued signal: it may follow the batch's start
+        qtbot.waitUntil(
+            lambda: dialog.status.text() == "Reading the file headers… 0 of 3", timeout=5_000
+        )
+        assert dialog.controller.busy
+        assert dialog.cancel_button.isEnabled()
+        qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
+        assert dialog.status.text() == "Cancelled: the repo's files were not read."
+        assert not dialog.controller.busy
+        assert not dialog.cancel_button.isEnabled()
+    finally:
+        release.set()
     qtbot.wait(300)
     assert batches == [1]  # no batch started after the cancel
     assert dialog.files.rows == ()
