@@ -344,3 +344,19 @@ def test_keyboard_reaches_everything_with_one_letter_each(
     assert QApplication.focusWidget() is dialog.file_view
     qtbot.keyClick(dialog, Qt.Key.Key_R, Qt.KeyboardModifier.AltModifier)
     assert QApplication.focusWidget() is dialog.repo_view
+    # Enter on a repo reads it at once (no wait for the selection to rest); on a file,
+    # downloads and opens it
+    search(qtbot, dialog, "ggtune-test")
+    dialog.repo_view.setFocus()
+    dialog.repo_view.setCurrentIndex(dialog.repos.index(1, 0))
+    qtbot.keyClick(dialog.repo_view, Qt.Key.Key_Return)
+    assert dialog.controller.busy  # started by the key, not by the timer
+    pick_repo(qtbot, dialog, "ggtune-test/gated-GGUF")
+    search(qtbot, dialog, "demo")
+    pick_repo(qtbot, dialog, REPO)
+    names = [r.entry.name for r in dialog.files.rows]
+    dialog.file_view.setFocus()
+    dialog.file_view.setCurrentIndex(dialog.files.index(names.index("demo-Q4_1.gguf"), 0))
+    with qtbot.waitSignal(window.models.model_loaded, timeout=DOWNLOAD_TIMEOUT_MS) as loaded:
+        qtbot.keyClick(dialog.file_view, Qt.Key.Key_Return)
+    assert Path(loaded.args[0].spec.path).name == "demo-Q4_1.gguf"

@@ -108,6 +108,7 @@ class HubController(QObject):
         """Search the hub for repos with GGUF files matching ``words`` (on the pool)."""
         text = " ".join(words.split())
         self._search_serial += 1
+        self._drop_files()  # the files shown belong to the old results
         if not text:
             self._set_searching(False)
             self.search_failed.emit(EMPTY_SEARCH)
@@ -140,14 +141,10 @@ class HubController(QObject):
     def open_repo(self, repo_id: str) -> None:
         """List ``repo_id``'s GGUF files and read their headers (on the pool), then badge
         them at the settings in force; a repo being read is dropped for this one."""
-        self._cancel.set()
+        self._drop_files()
         cancel = threading.Event()
         self._cancel = cancel
-        self._files_serial += 1
         serial = self._files_serial
-        self._headers = None
-        self._files = None
-        self._badges.cancel()
         self._set_reading(True)
         state = self._estimates.state
         factors = self._speed.factors
@@ -167,6 +164,15 @@ class HubController(QObject):
             on_failure=lambda error: self._on_files_failed(serial, repo_id, error),
             parent=self,
         )
+
+    def _drop_files(self) -> None:
+        """Forget the repo shown or being read; a late answer for it is dropped."""
+        self._cancel.set()
+        self._files_serial += 1
+        self._headers = None
+        self._files = None
+        self._badges.cancel()
+        self._set_reading(False)
 
     def cancel(self) -> None:
         """Drop the search under way and stop reading the repo's headers (the next batch

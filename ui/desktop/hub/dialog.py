@@ -117,7 +117,9 @@ class HubDialog(QDialog):
         self.file_view.selectionModel().currentRowChanged.connect(
             lambda _now, _was: self._update_buttons()
         )
-        self.file_view.doubleClicked.connect(lambda _index: self.download_selected())
+        # Enter or a double-click on a file downloads it; Enter on a repo reads it at once
+        self.file_view.activated.connect(lambda _index: self.download_selected())
+        self.repo_view.activated.connect(lambda _index: self._open_current_repo())
         self.files_label = QLabel("GGUF &files:")
         self.files_label.setBuddy(self.file_view)
 
@@ -263,9 +265,13 @@ class HubDialog(QDialog):
             self._select_timer.start()
 
     def _open_current_repo(self) -> None:
+        self._select_timer.stop()
         repo = self.repos.data(self.repo_view.currentIndex(), Qt.ItemDataRole.UserRole)
         if not isinstance(repo, HubRepo):
             return
+        shown = self.controller.files
+        if shown is not None and shown.repo_id == repo.repo_id and not self.controller.busy:
+            return  # already shown (Enter on the repo whose files are listed)
         self.files.set_rows(())
         self.files_label.setText(f"GGUF &files in {repo.repo_id}:")
         self.controller.open_repo(repo.repo_id)
