@@ -28,6 +28,7 @@ from app.predict.graph.compute import (
     compute_buffers,
     graph_max_nodes,
     graph_tensors,
+    graph_tensors_bound,
     has_graph,
     hash_size,
 )
@@ -1089,10 +1090,12 @@ def _check_scheduler_table(spec: ModelSpec, req: GraphRequest, n_tokens: int, n_
     and flash attention on two or more streams: 2,058 tensors for 2,053 slots
     (docs/benchmarks.md, catalog stand-ins).
     """
-    n = graph_tensors(spec, req)
     n_model = len(spec.tensors)
     extra = EXTRA_MODEL_TENSORS + 2 * n_gpus
     slots = hash_size(graph_max_nodes(spec, n_tokens, n_model + extra))
+    if graph_tensors_bound(spec, req) <= slots:
+        return  # the cheap upper bound fits: no need to count the whole graph
+    n = graph_tensors(spec, req)
     if n > slots:
         raise SettingsError(
             f"llama.cpp aborts creating this context: its reserve graph has {n:,} tensors "

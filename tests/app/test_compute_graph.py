@@ -19,7 +19,7 @@ import pytest
 from app.errors import SettingsError
 from app.hardware.devices import Device, Hardware
 from app.model.arch_table import COMPUTE_CHECKED_ARCHS, KNOWN_COMPUTE_ERRORS
-from app.model.catalog import catalog_header
+from app.model.catalog import catalog_header, catalog_keys
 from app.model.gguf_reader import read_model
 from app.model.spec import ModelSpec, TensorSpec, model_spec
 from app.predict import estimate as estimate_module
@@ -37,13 +37,15 @@ from app.predict.graph.compute import (
     _layer_signatures,
     _reserve,
     compute_buffers,
+    graph_tensors,
+    graph_tensors_bound,
     layer_places,
     plan_layers,
 )
 from app.predict.graph.models import BUILDERS
 from app.predict.verdict import verdict
 from app.settings import Settings
-from tests.zoo import dense, modern, special
+from tests.zoo import dense, modern, special, write_model
 
 GIB = 1024**3
 ZOO = {**dense.BUILDERS, **special.BUILDERS, **modern.BUILDERS}
@@ -241,3 +243,35 @@ def test_a_known_compute_error_gets_no_verdict(monkeypatch: pytest.MonkeyPatch) 
     assert v.level == "unverified"
     assert "compute buffer (known to miss" in v.headline
     assert "-11.3 % at 64k" in v.headline
+
+
+def _every_model(zoo_dir: Path) -> list[tuple[str, ModelSpec]]:
+    specs = [(k, model_spec(catalog_header(k))) for k in catalog_keys()]
+    return specs + [(z, model_spec(read_model(write_model(z, zoo_dir)))) for z in ZOO]
+
+
+def test_the_cheap_bound_of_the_graphs_tensors_is_never_under(zoo_dir: Path) -> None:
+    # the estimate counts the whole reserve graph (what llama.cpp's scheduler must hash)
+    # only when this bound does not fit the table: an undercount would miss a refusal
+    grid = (
+        Settings(
+            n_ctx=4096, cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="on", n_parallel=4
+        ),
+        Settings(n_ctx=2048, flash_attn="off"),
+    )
+    host = Hardware.cpu_only()
+    over = []
+    for name, spec in _every_model(zoo_dir):
+        for s in grid:
+            try:
+                check_cache_types(spec, s)
+                ctx = resolve_context(spec, s)
+                _, _, _, n_kv = _caches(spec, s, ctx)
+            except SettingsError:
+                continue
+            req = graph_request(spec, s, ctx, n_kv, place_layers(spec, s, host), host)
+            exact, bound = graph_tensors(spec, req), graph_tensors_bound(spec, req)
+            assert exact <= bound, (name, s)
+            assert bound <= 1.1 * exact, (name, s, exact, bound)
+            over.append(bound > exact)
+    assert any(over)  # the bound is not the count itself everywhere (else: drop it)
