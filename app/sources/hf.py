@@ -375,13 +375,14 @@ MAX_SEARCH_CHARS: Final = 200
 class HubRepo:
     """One repo a search found: ``repo_id`` ("org/name"), its ``downloads`` (the hub's
     count over the last 30 days) and ``likes`` (None where the answer gave no number),
-    ``gated`` (True when access must be asked for) and ``last_modified`` (the hub's ISO
-    time, "" when not given)."""
+    ``gated`` (True when access must be asked for; None when the answer does not say, as
+    the hub's list leaves it out unless asked to expand it) and ``last_modified`` (the
+    hub's ISO time, "" when not given)."""
 
     repo_id: str
     downloads: int | None
     likes: int | None
-    gated: bool = False
+    gated: bool | None = None
     last_modified: str = ""
 
 
@@ -454,7 +455,7 @@ def search_models(
                 repo_id=repo_id,
                 downloads=_count(item.get("downloads")),
                 likes=_count(item.get("likes")),
-                gated=item.get("gated") not in (None, False, "false", ""),
+                gated=None if "gated" not in item else item["gated"] not in (False, "false", ""),
                 last_modified=modified[:40] if isinstance(modified, str) else "",
             )
         )
