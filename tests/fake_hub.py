@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -136,6 +137,14 @@ class FakeHub:
         with self.lock:
             self._settled()
             self.log.clear()
+
+
+def unreachable_endpoint() -> str:
+    """Return an http address on loopback that nobody listens on (offline, for tests)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
 
 
 def served(path: Path, *, lfs: bool = True, sha256: str | None = None) -> Served:

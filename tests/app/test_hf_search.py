@@ -8,7 +8,6 @@ answers the hub never gives; offline is a closed port.
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.parse
 
@@ -17,7 +16,7 @@ import pytest
 from app.errors import GGTuneError, RateLimitedError, RemoteError, RemoteUnavailableError
 from app.sources.hf import MAX_SEARCH_CHARS, HubRepo, search_models
 from app.sources.refs import is_repo_id
-from tests.fake_hub import REPO, FakeHub
+from tests.fake_hub import REPO, FakeHub, unreachable_endpoint
 from tests.hostile_hub import Exchange, HostileHub, endless
 
 
@@ -150,10 +149,7 @@ def test_rate_limited_search_says_so(hostile_hub: HostileHub) -> None:
 
 
 def test_offline_search_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("HF_ENDPOINT", unreachable_endpoint())
     monkeypatch.setenv("HF_TOKEN", "")
     with pytest.raises(RemoteUnavailableError) as caught:
         search_models("qwen3")

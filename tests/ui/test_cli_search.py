@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
-from tests.fake_hub import REPO, FakeHub
+from tests.fake_hub import REPO, FakeHub, unreachable_endpoint
 from ui.cli.main import run
 
 
@@ -41,10 +40,7 @@ def test_search_limit_and_offline_are_one_line(
 ) -> None:
     assert run(["search", "demo", "--limit", "101"]) == 2
     assert "must be 1 to 100" in capsys.readouterr().err
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("HF_ENDPOINT", unreachable_endpoint())
     assert run(["search", "qwen3"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("ggtune: ")

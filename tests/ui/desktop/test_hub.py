@@ -9,9 +9,8 @@ known point, a test holds the header reader after its first batch until the user
 
 from __future__ import annotations
 
-import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -28,9 +27,10 @@ import ui.desktop.hub.rows
 from app.hardware.devices import Hardware
 from app.planning.badges import badge
 from app.sources.demo_models import SMOLLM
-from app.sources.hf import DownloadProgress, ModelEntry, RemoteModel, RepoListing
+from app.sources.hf import RemoteModel
 from app.units import GIB, MIB
-from tests.fake_hub import REPO, FakeHub
+from tests.fake_hub import REPO, FakeHub, unreachable_endpoint
+from tests.ui.desktop.test_download import hold_after_first_chunk
 from tests.ui.desktop.test_keyboard import mnemonic
 from tests.ui.desktop.test_main_window import make_window
 from ui.desktop.compare.rows import read_repo, repo_table, runner_choice
@@ -187,24 +187,7 @@ def test_cancel_a_download_then_download_again_resumes_and_opens(
     dialog = open_dialog(qtbot, window)
     search(qtbot, dialog, "demo")
     pick_repo(qtbot, dialog, REPO)
-    real = ui.desktop.compare.download.download
-
-    def held(
-        listing: RepoListing,
-        entry: ModelEntry,
-        *,
-        progress: Callable[[DownloadProgress], None],
-        cancel: threading.Event,
-        **kwargs: object,
-    ) -> Path:
-        def report(p: DownloadProgress) -> None:
-            progress(p)
-            if p.stage == "downloading" and p.done_bytes > 0:
-                cancel.wait(60)  # pool thread: until the user cancels
-
-        return real(listing, entry, progress=report, cancel=cancel, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(ui.desktop.compare.download, "download", held)
+    real = hold_after_first_chunk(monkeypatch)  # the worker waits for the Cancel
     names = [r.entry.name for r in dialog.files.rows]
     dialog.file_view.selectRow(names.index("demo-Q4_1.gguf"))
     qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
@@ -237,10 +220,7 @@ def test_offline_says_so_in_one_line_and_nothing_stays_busy(
     qtbot: QtBot, window: MainWindow, hub: FakeHub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dialog = open_dialog(qtbot, window)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("HF_ENDPOINT", unreachable_endpoint())
     search(qtbot, dialog, "qwen3 8b")
     text = dialog.status.text()
     assert text.startswith("Could not search Hugging Face: ")
@@ -258,10 +238,7 @@ def test_offline_repo_read_says_so(
 ) -> None:
     dialog = open_dialog(qtbot, window)
     search(qtbot, dialog, "demo")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("HF_ENDPOINT", unreachable_endpoint())
     dialog.repo_view.selectRow(0)
     qtbot.waitUntil(
         lambda: dialog.status.text().startswith(f"Could not read {REPO}: "), timeout=TIMEOUT_MS
