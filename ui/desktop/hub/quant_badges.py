@@ -160,9 +160,10 @@ class QuantBadgeController(QObject):
     """The dropdown's badges for the state in force (GUI thread; the work on the pool).
 
     Worked out only while the dropdown's list is open (:meth:`watch`): a level's badge
-    costs an estimate and the runner's own fitting (35 levels of a 27B model that does
-    not fit: ~8 s of one core), which a slider drag must not pay for a list nobody looks
-    at. A change of the state clears the badges at once (never a stale one) and, with
+    costs an estimate and the runner's own fitting (35 levels: 0.1-0.3 s of one core
+    with warm caches, up to 3.4 s cold for a 27B model that does not fit; bench/
+    bench_badges.py, docs/benchmarks.md), which a slider drag must not pay for a list
+    nobody looks at. A change of the state clears the badges at once (never a stale one) and, with
     the list open, works them out again.
 
     ``badges_changed(dict[str, LevelBadge])``: by level name, the open file's under
