@@ -42,6 +42,7 @@ SHOTS: list[tuple[str, str | None, float | None, list[str]]] = [
     ("hub-find-scale1.5", None, 1.5, FIND),
     ("hub-quant-dropdown-1004x700", "1004x700", None, DROPDOWN),
     ("hub-quant-dropdown-1920x1080", "1920x1080", None, DROPDOWN),
+    ("hub-quant-dropdown-scale1.5", None, 1.5, DROPDOWN),
 ]
 
 
