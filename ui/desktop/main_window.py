@@ -207,6 +207,10 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.explain_panel, "Explain")
         tip(self.tabs.indexOf(self.explain_panel), "How this model uses memory, in plain words")
         self.tabs.addTab(self.hardware_panel, "Hardware")
+        # every tab's title in sight at any window size: the docks give way. Left to Qt,
+        # the tab bar's minimum is its scroll arrows, and at 1004×700 on X11 it scrolled
+        # and hid Hardware behind them (the pages' own minimum is narrower than the titles)
+        self.tabs.setMinimumWidth(self.tabs.tabBar().sizeHint().width() + 8)
         self.tabs.setTabToolTip(0, "Where the memory goes, per device (Ctrl+1)")
         self.tabs.setTabToolTip(1, "Check the estimate against llama.cpp (Ctrl+2)")
         column.addWidget(self.tabs, 1)

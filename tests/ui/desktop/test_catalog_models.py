@@ -281,6 +281,8 @@ def test_explain_says_there_is_no_file(qtbot: QtBot, window: MainWindow) -> None
     text = " ".join(weights.paragraphs)
     assert "quantized to Q4_K_M, the level picked in Settings" in text
     assert "Planned as Q4_K_M" in text
+    assert "the file" not in text  # there is none: "A file at this level would be …"
+    assert "A file at this level would be" in text
 
 
 def test_the_catalog_model_reopens_after_a_restart(

@@ -96,3 +96,6 @@ def test_comparison_table(qtmodeltester: ModelTester) -> None:
 
     assert (_signed(-47.2, 0), _signed(-0.2, 0), _signed(0.79, 2)) == ("−47", "0", "+0.79")
     assert table.index(0, 3).data(Qt.ItemDataRole.UserRole) == 0
+    # within llama.cpp's two printed decimals: no difference, whatever its percentage
+    table.set_rows((ComparisonRow("Output buffer", 400_000, 405_000),))
+    assert table.index(0, 3).data() == "0.00 MiB"

@@ -50,7 +50,9 @@ def catalog_sections(
                 # the weights are not quantized yet, and there is no file to speak of
                 unquantized
                 if quant is None and bits_per_weight >= 15.5 and p.startswith("This file")
-                else p.replace("This file is quantized as", "Planned as", 1)
+                else p.replace("This file is quantized as", "Planned as", 1).replace(
+                    "That makes the file", "A file at this level would be", 1
+                )
                 for p in section.paragraphs[1:]
             )
             section = dataclasses.replace(

@@ -142,20 +142,21 @@ class VerifyPanel(QWidget):
         self.table.setModel(self.table_model)
         self.table.setAccessibleName("Estimate compared with llama.cpp and the measurement")
         self.table.verticalHeader().hide()
+        # the numbers whole on one line ("235.16 MiB" wrapped at 1004 px); the component's
+        # name takes the room left, wrapping if it must
         header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.table.setAlternatingRowColors(True)
         self.history_model = HistoryTableModel(self)
         self.history = QTableView()
         self.history.setModel(self.history_model)
         self.history.setAccessibleName("Past benchmarks of this model")
         self.history.verticalHeader().hide()
-        self.history.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        # the date in words ("1 Dec 2026, 17:49 UTC") whole, at 1004 pixels too
-        self.history.horizontalHeader().setSectionResizeMode(
-            0, QHeaderView.ResizeMode.ResizeToContents
-        )
+        # the date in words ("1 Dec 2026, 17:49 UTC") and the sizes whole, at 1004 px too
+        history_header = self.history.horizontalHeader()
+        history_header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        history_header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
         self.history.setAlternatingRowColors(True)
         self.history.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
         history_box = QWidget()
@@ -180,11 +181,9 @@ class VerifyPanel(QWidget):
         splitter.setSizes([4000, 1000])  # 4:1 from the start (scaled to the room there is)
         layout.addWidget(splitter, 1)
         note = QLabel(
-            "llama.cpp prints sizes in MiB with two decimals, so its numbers are known to "
-            "±0.005 MiB; weights are exact. Measured: the engine process's resident memory "
-            "above its level before loading, and the benchmark's speeds (mean ± sd). "
-            "Resident memory counts only the pages the run touched (a short benchmark fills "
-            "a part of the compute buffers), so the RSS rows stay below the estimate."
+            "llama.cpp prints MiB to two decimals (±0.005 MiB); weights are exact. Measured: "
+            "the benchmark's speeds (mean ± sd) and the process's resident memory above its "
+            "level before loading, only the pages the run touched: below the estimate."
         )
         note.setWordWrap(True)
         note.setEnabled(False)

@@ -24,9 +24,13 @@ from app.model.facts import offloaded_text
 from app.model.spec import ModelSpec
 from app.predict.estimate import MemoryEstimate
 from app.predict.speed import SpeedFactors, predict_speed
-from app.units import format_mib, plural
+from app.units import MIB, format_mib, plural
 
 RunKind = Literal["dry_run", "benchmark", "users"]
+
+PRINT_PRECISION_BYTES: Final = MIB // 200
+"""llama.cpp prints its buffers in MiB to two decimals: its numbers are known to ±0.005 MiB
+(``BUFFER_TOLERANCE_BYTES`` of :mod:`app.measured.bench_result` rounds that up)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +238,7 @@ def summarize_benchmark(result: BenchResult) -> str:
     return (
         f"{result.model_name} · {result.backend}, {layers}, "
         f"{result.n_threads} threads · load {result.load_s:.2f} s · {result.plan.mode} plan, "
-        f"{result.plan.repetitions} run(s) per test, {result.duration_s:.1f} s in all"
+        f"{plural(result.plan.repetitions, 'run')} per test, {result.duration_s:.1f} s in all"
     )
 
 
@@ -242,7 +246,7 @@ def summarize(report: EngineReport) -> str:
     """Return what the engine ran, in one line."""
     fa = "on" if report.flash_attn else "off"
     return (
-        f"{report.model_desc} · {report.n_ctx:,} cells ({report.n_seq_max} sequence(s)), "
+        f"{report.model_desc} · {report.n_ctx:,} cells ({plural(report.n_seq_max, 'sequence')}), "
         f"flash attention {fa} · {report.engine_version}"
     )
 
@@ -266,6 +270,10 @@ def memory_text(row: ComparisonRow, col: int) -> str:
     diff = row.difference_bytes
     if diff is None:
         return ""
+    if row.engine_bytes is not None and abs(diff) < PRINT_PRECISION_BYTES:
+        # within the two decimals llama.cpp prints: no difference to speak of ("−0.00 MiB
+        # (−1.32 %)" for a 0.38 MiB buffer was the printing's rounding, not the estimate)
+        return "0.00 MiB"
     pct = row.difference_percent
     if pct is None or round(pct, 2) == 0:
         return format_mib(diff, signed=True)  # "(+0.00 %)" beside "0.00 MiB" says nothing
