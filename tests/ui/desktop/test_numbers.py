@@ -15,7 +15,7 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QSettings, Qt
-from PySide6.QtWidgets import QAbstractItemView, QDoubleSpinBox, QSpinBox
+from PySide6.QtWidgets import QAbstractItemView, QDoubleSpinBox, QSpinBox, QWidget
 from pytestqt.qtbot import QtBot
 
 from app.hardware.devices import Hardware, planned_hardware
@@ -253,6 +253,29 @@ def test_every_number_on_every_screen_says_its_unit(qtbot: QtBot, qsettings: QSe
                         bare.append(f"{window.tabs.tabText(i)}: {header!r} shows {value!r}")
                         break
     assert bare == []
+
+
+def test_no_screen_points_a_user_to_the_projects_own_files(
+    qtbot: QtBot, qsettings: QSettings
+) -> None:
+    """Issue 18: tooltips cited "REFERENCE.md §6"; Compare's line said "published ratios
+    (docs/sources.md §5)". A user of the app has neither: no text or tooltip names them."""
+    window = make_window(qtbot, qsettings)
+    cited: list[str] = []
+    pattern = re.compile(r"docs/|REFERENCE\.md|DESIGN\.md|\.md\b")
+    for i in range(window.tabs.count()):
+        window.tabs.setCurrentIndex(i)
+        if window.tabs.currentWidget() is window.compare_panel:
+            wait_for_rows(qtbot, window)
+        qtbot.wait(300)  # the speed line and its tooltip follow the slider-rest delays
+        for widget in window.findChildren(QWidget):
+            if not widget.isVisible():
+                continue
+            text = widget.text() if hasattr(widget, "text") and callable(widget.text) else ""
+            for words in (str(text), widget.toolTip()):
+                if pattern.search(words):
+                    cited.append(f"{window.tabs.tabText(i)}: {words[:120]!r}")
+    assert cited == []
 
 
 def test_planned_gpus_take_a_bandwidth_and_say_when_it_is_assumed(
