@@ -128,7 +128,7 @@ def summary(errors: Sequence[float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sweep", required=True, type=Path)
+    ap.add_argument("--sweep", required=True, type=Path, nargs="+", help="one or more sweeps")
     ap.add_argument("--kernels", required=True, type=Path)
     ap.add_argument("--quants", type=Path, default=None)
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
@@ -146,7 +146,8 @@ def main() -> None:
     hw = Hardware(host=host)
     specs: dict[str, ModelSpec] = {}
     points: list[Point] = []
-    for line in read_text(args.sweep).splitlines():
+    lines = [line for path in args.sweep for line in read_text(path).splitlines()]
+    for line in lines:
         record = json.loads(line)
         if int(record["n_threads"]) != rates.n_threads:
             continue
