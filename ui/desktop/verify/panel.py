@@ -142,11 +142,13 @@ class VerifyPanel(QWidget):
         self.table.setModel(self.table_model)
         self.table.setAccessibleName("Estimate compared with llama.cpp and the measurement")
         self.table.verticalHeader().hide()
-        # the numbers whole on one line ("235.16 MiB" wrapped at 1004 px); the component's
-        # name takes the room left, wrapping if it must
+        # the sizes whole on one line ("235.16 MiB" wrapped at 1004 px); the component's
+        # name and the difference share the room left, wrapping (rows grow) where they must
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.setAlternatingRowColors(True)
         self.history_model = HistoryTableModel(self)
         self.history = QTableView()
