@@ -4,7 +4,8 @@ same model, context, batch sizes, flash attention, threads and user counts.
 
 llama-batched-bench decodes ``npl`` sequences in lockstep after their prompts and prints
 ``S_TG`` = ``npl · ntg / T_TG`` (tools/batched-bench/batched-bench.cpp): one user's speed is
-``S_TG / npl``. The load test's is 1 / (its median step with every user decoding).
+``S_TG / npl``. The load test's is 1 / (its mean step with every user decoding, over the
+same depths as the oracle's steps: bench.bench_batched.load_test_step_cpu).
 
 Both are timed in **CPU time** with one thread, because this machine's two cores are shared
 with other work: a step's CPU time is what the engine spent on it, which other processes
@@ -16,7 +17,11 @@ quiet moment too.
 
 Three trials per user count, each a load test beside a pair of llama-batched-bench runs
 (so both see the same load on the machine); the median of their three ratios is compared.
-One pair alone was too noisy: in CI it put Gemma-3 270M at 1 user 18 % off.
+One pair alone was too noisy: in CI it put Gemma-3 270M at 1 user 18 % off. Where the three
+disagree with the oracle, six more trials are run and the median of all nine decides: the
+oracle's own trials moved by up to 30 % between minutes under load (SmolLM2 at 1 user:
+52.7 then 70.3 tok/s), while a systematic gap of more than 15 % still fails nine times out
+of nine.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import pytest
 
 from app.measured.users_result import UsersPlan
 from app.settings import Settings
-from bench.bench_batched import LONG, N_PROMPT, batched_bench_step
+from bench.bench_batched import LONG, N_PROMPT, batched_bench_step, load_test_step_cpu
 from runner.llama_tools import LlamaTools
 from runner.load_test import load_test
 
@@ -38,6 +43,19 @@ N_CTX = 2048
 USERS = (1, 2, 4)
 TOLERANCE = 0.15
 TRIALS = 3
+MORE_TRIALS = 6
+
+
+def _trial(model: Path, settings: Settings, tool: Path, n_users: int, seen: list[str]) -> float:
+    """One load test beside one pair of llama-batched-bench runs: their ratio of per-user
+    speeds (CPU time), noted in ``seen``."""
+    plan = UsersPlan(n_users=(n_users,), n_prompt=N_PROMPT, n_gen=LONG)
+    (r,) = load_test(model, settings, plan, n_threads=1).rounds
+    ours = 1.0 / load_test_step_cpu(r.steps, n_users)
+    step_cpu_s, _wall = batched_bench_step(tool, model, n_users, n_ctx=N_CTX, threads=1)
+    theirs = 1.0 / step_cpu_s
+    seen.append(f"{ours:.1f} vs {theirs:.1f}")
+    return ours / theirs
 
 
 @pytest.mark.parametrize("name", ["smollm", "gemma"])
@@ -64,17 +82,11 @@ def test_per_user_speed_agrees_with_llama_batched_bench(
         # start-up cost moves by a few hundred ms) does not decide.
         ratios: list[float] = []
         seen: list[str] = []
-        for _trial in range(TRIALS):
-            plan = UsersPlan(n_users=(n_users,), n_prompt=N_PROMPT, n_gen=LONG)
-            result = load_test(model, settings, plan, n_threads=1)
-            (r,) = result.rounds
-            steps = [s.cpu_s for s in r.steps if s.n_decode == n_users and s.n_prefill == 0]
-            assert len(steps) == LONG - 1
-            ours = 1.0 / statistics.median(steps)
-            step_cpu_s, _wall = batched_bench_step(tool, model, n_users, n_ctx=N_CTX, threads=1)
-            theirs = 1.0 / step_cpu_s
-            ratios.append(ours / theirs)
-            seen.append(f"{ours:.1f} vs {theirs:.1f}")
+        for _ in range(TRIALS):
+            ratios.append(_trial(model, settings, tool, n_users, seen))
+        if abs(statistics.median(ratios) - 1.0) > TOLERANCE:
+            for _ in range(MORE_TRIALS):
+                ratios.append(_trial(model, settings, tool, n_users, seen))
         assert abs(statistics.median(ratios) - 1.0) <= TOLERANCE, (
             f"{name}, {n_users} users: the load test measured vs llama-batched-bench "
             f"(S_TG / {n_users}, CPU time), tok/s each, per trial: {', '.join(seen)}"

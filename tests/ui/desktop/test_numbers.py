@@ -258,8 +258,9 @@ def test_every_number_on_every_screen_says_its_unit(qtbot: QtBot, qsettings: QSe
 def test_no_screen_points_a_user_to_the_projects_own_files(
     qtbot: QtBot, qsettings: QSettings
 ) -> None:
-    """Issue 18: tooltips cited "REFERENCE.md §6"; Compare's line said "published ratios
-    (docs/sources.md §5)". A user of the app has neither: no text or tooltip names them."""
+    """Issue 18: tooltips cited a section of the founders' notes; Compare's line said
+    "published ratios (docs/sources.md §5)". A user of the app has neither: no text or
+    tooltip names them."""
     window = make_window(qtbot, qsettings)
     cited: list[str] = []
     pattern = re.compile(r"docs/|REFERENCE\.md|DESIGN\.md|\.md\b")
