@@ -58,6 +58,8 @@ def config(scenario: str | None) -> Path:
 
 QWEN, GEMMA = "catalog:qwen3-8b", "catalog:gemma-3-27b"
 WAIT = ["sleep", "6"]  # the Compare rows are worked out on the job pool
+SCROLL = ["click", "600", "560", "key", "Next"]
+BENCH = ["key", "F6", "sleep", "75"]  # the quick plan: 10-20 s quiet, more on a busy machine
 SHOTS: list[tuple[str, str | None, str | None, str | None, float | None, str, list[str]]] = [
     # name, scenario, model, window size, QT_SCALE_FACTOR, tab, steps before the grab
     ("qwen-memory-1280x800", "qwen", QWEN, "1280x800", None, "memory", []),
@@ -68,11 +70,24 @@ SHOTS: list[tuple[str, str | None, str | None, str | None, float | None, str, li
     ("qwen-memory-scale1.5", "qwen", QWEN, None, 1.5, "memory", []),
     ("qwen-hardware-1280x800", "qwen", QWEN, "1280x800", None, "hardware", []),
     ("demo-recommend-1280x800", None, None, "1280x800", None, "recommend", []),
+    ("demo-recommend-1004x700", None, None, "1004x700", None, "recommend", []),
+    ("demo-recommend-1920x1080", None, None, "1920x1080", None, "recommend", []),
+    ("demo-recommend-scale1.5", None, None, None, 1.5, "recommend", []),
     ("demo-hardware-1004x700", None, None, "1004x700", None, "hardware", []),
     ("gemma-compare-1920x1080", "gemma", GEMMA, "1920x1080", None, "compare", WAIT),
     ("gemma-compare-scale1.5", "gemma", GEMMA, None, 1.5, "compare", WAIT),
     ("qwen-export-1280x800", "qwen", QWEN, "1280x800", None, "export", []),
     ("gemma-explain-1280x800", "gemma", GEMMA, "1280x800", None, "explain", []),
+    # the weights step, scrolled to: the token table held twice (click in the text, page on)
+    ("gemma-explain-weights-1280x800", "gemma", GEMMA, "1280x800", None, "explain", SCROLL),
+    ("gemma-explain-1004x700", "gemma", GEMMA, "1004x700", None, "explain", []),
+    ("gemma-explain-1920x1080", "gemma", GEMMA, "1920x1080", None, "explain", []),
+    ("gemma-explain-scale1.5", "gemma", GEMMA, None, 1.5, "explain", []),
+    # a quick benchmark of the demo model, started with F6 and left to finish
+    ("demo-verify-1280x800", None, None, "1280x800", None, "verify", BENCH),
+    ("demo-verify-1004x700", None, None, "1004x700", None, "verify", BENCH),
+    ("demo-verify-1920x1080", None, None, "1920x1080", None, "verify", BENCH),
+    ("demo-verify-scale1.5", None, None, None, 1.5, "verify", BENCH),
 ]
 
 

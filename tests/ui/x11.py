@@ -111,7 +111,9 @@ def app(
     config: Path,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Run the desktop app on ``env``'s display with a settings folder of its own."""
-    app_env = {**env, "XDG_CONFIG_HOME": str(config)}
+    # the settings and the results database (Verify's benchmarks) of its own; the caches
+    # (the demo models, the catalog's headers) stay the user's
+    app_env = {**env, "XDG_CONFIG_HOME": str(config), "XDG_DATA_HOME": str(config / "data")}
     if scale:
         app_env["QT_SCALE_FACTOR"] = f"{scale:g}"
     argv = [sys.executable, "-m", "ui.desktop"]
