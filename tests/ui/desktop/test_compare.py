@@ -370,3 +370,16 @@ def test_a_cpu_only_machine_is_told_why_ram_can_run_backwards(
     window.estimates.update(use_mmap=False)
     wait_for_rows(qtbot, window)
     assert "repacks" not in window.compare_panel.summary_label.text()
+
+
+def test_fits_and_the_writing_speed_come_before_the_memory_columns(
+    qtbot: QtBot, window: MainWindow
+) -> None:
+    """Issue 18 (seen on the screens): the writing speed, half of "which quant, and how
+    fast?", sat right of every device's memory, past the edge at 1280×800."""
+    wait_for_rows(qtbot, window)
+    model = window.compare_panel.table_model
+    headers = [model.headerData(c, Qt.Orientation.Horizontal) for c in range(model.columnCount())]
+    assert headers[:6] == ["Quant", "Source", "File", "Bits/weight", "Fits", "Writing tok/s"]
+    assert headers[-2:] == ["Reading tok/s", "Quality loss (KLD)"]
+    assert headers[6:-2] == ["RAM"]  # the test machine has no GPU: one device
