@@ -79,6 +79,11 @@ def test_hw_profiles_lists_every_profile_with_sources(capsys: pytest.CaptureFixt
     for r in rows:
         for key in ("memory_gib", "bandwidth_gb_per_s", "usable_fraction", "fp16_tflops"):
             assert r[key]["source"]
+        # the INT8 rate the speed model prices quantized prefill by (NVIDIA), with its source
+        assert r["int8_tops"] is None or (r["int8_tops"]["value"] > 0 and r["int8_tops"]["source"])
+    by_id = {r["id"]: r for r in rows}
+    assert by_id["rtx-3090"]["int8_tops"]["value"] > 0
+    assert by_id["m4-max-40c"]["int8_tops"] is None
 
 
 def test_hw_profile_shows_a_composition(capsys: pytest.CaptureFixture[str]) -> None:

@@ -134,6 +134,7 @@ def profiles_dict(profiles: ProfileSet | None = None) -> list[dict[str, Any]]:
             "bandwidth_gb_per_s": asdict(p.bandwidth_gb_per_s),
             "usable_fraction": asdict(p.usable_fraction),
             "fp16_tflops": asdict(p.fp16_tflops),
+            "int8_tops": asdict(p.int8_tops) if p.int8_tops is not None else None,
             "file": p.path,
         }
         for p in (profiles if profiles is not None else load_profiles())
