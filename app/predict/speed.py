@@ -200,7 +200,9 @@ class SpeedFactors:
     decode_scale: float = 1.0
     prefill_scale: float = 1.0
     n_measurements: int = 0
-    source: str = "not calibrated: published ratios (docs/sources.md §5)"
+    source: str = "not calibrated: published ratios"
+    """Where the factors come from, in words a screen shows as they are (the published
+    ratios are docs/sources.md §5; a user of the app has no docs/ folder to look in)."""
 
 
 # --- work per token ---------------------------------------------------------------------

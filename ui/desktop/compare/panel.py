@@ -70,7 +70,6 @@ from ui.desktop.compare.rows import (
 from ui.desktop.compare.table import CompareTableModel
 from ui.desktop.shared.banner import MessageBanner
 from ui.desktop.shared.estimate_controller import EstimateController
-from ui.desktop.shared.speed import source_words
 
 # The Save to box's item data: the Hugging Face cache, and the item that asks for a folder
 # (a chosen folder's item holds its path).
@@ -296,7 +295,7 @@ class ComparePanel(QWidget):
         self.summary_label.setText(
             f"{where}At {fmt_ctx(s.n_ctx)} of context{users}, {s.cache_type_k}/"
             f"{s.cache_type_v} KV cache, the most GPU layers that fit. "
-            f"Speed: {source_words(result.speed_source)}.{self._repack_note(result)}"
+            f"Speed: {result.speed_source}.{self._repack_note(result)}"
         )
         names = [r.quant for r in result.rows]
         if selected in names:

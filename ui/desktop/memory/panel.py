@@ -21,7 +21,7 @@ from ui.desktop.memory.engine_check import EngineCheckController, EngineChecked,
 from ui.desktop.memory.table import MemoryTableModel
 from ui.desktop.memory.words import plan_text, resolved_text
 from ui.desktop.shared.estimate_controller import EstimateController, EstimateState
-from ui.desktop.shared.speed import SpeedController, SpeedSummary, source_words, speed_text
+from ui.desktop.shared.speed import SpeedController, SpeedSummary, speed_text
 
 _LEVEL_COLORS: Final = {
     "fits": "#2e7d32",
@@ -108,7 +108,7 @@ class MemoryPanel(QWidget):
         self.speed_label.setText(speed_text(summary))
         tip = "Predicted for one user, half-way through the context"
         if summary.prediction is not None:
-            tip += f"; speed model: {source_words(summary.prediction.factors_source)}"
+            tip += f"; speed model: {summary.prediction.factors_source}"
         if summary.capacity is not None:
             tip += f".\n{summary.capacity.why}"
         if summary.users is not None and summary.users.ttft_s is not None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -133,16 +132,6 @@ def users_capacity(
         factors=f,
         max_n=USERS_MAX,
     )
-
-
-def source_words(factors_source: str) -> str:
-    """Return where the speed factors come from without the citation of the project's own
-    docs ("published ratios (docs/sources.md §5)"): a user of the app has no docs/ folder.
-
-    >>> source_words("not calibrated: published ratios (docs/sources.md §5)")
-    'not calibrated: published ratios'
-    """
-    return re.sub(r" \(docs/[^)]*\)", "", factors_source)
 
 
 def basis_text(factors_source: str) -> str:
