@@ -141,6 +141,29 @@ def mmq_rows(row: Row) -> bool:
     return bool(gpu.int8_tops) and any(t.type_name.upper() in MMQ_TYPES for t in spec.tensors)
 
 
+def unified_mmq_rows(row: Row) -> bool:
+    """:func:`mmq_rows` on a unified-memory GPU (GB10)."""
+    from app.hardware.profiles import compose
+
+    return mmq_rows(row) and compose(row.hardware).gpus[0].unified_memory
+
+
+def discrete_mmq_rows(row: Row) -> bool:
+    """:func:`mmq_rows` on a discrete GPU."""
+    from app.hardware.profiles import compose
+
+    return mmq_rows(row) and not compose(row.hardware).gpus[0].unified_memory
+
+
+def cuda_depth_rows(row: Row) -> bool:
+    """Prompt processing after a depth on a CUDA GPU (flash attention's share grows)."""
+    from app.hardware.profiles import compose
+
+    return (
+        row.test == "pp" and row.depth > 0 and compose(row.hardware).gpus[0].name.startswith("CUDA")
+    )
+
+
 def rocm_rows(test: str) -> Callable[[Row], bool]:
     """Rows of ``test`` (tg, pp) on a ROCm GPU."""
 
@@ -216,7 +239,9 @@ def implied_nonnegative(row: Row, field: str) -> float:
 
 
 FITS: dict[str, tuple[Callable[[Row], bool], Callable[[Row, str], float]]] = {
-    "gpu_mmq_efficiency": (mmq_rows, implied),
+    "gpu_mmq_efficiency": (discrete_mmq_rows, implied),
+    "unified_mmq_efficiency": (unified_mmq_rows, implied),
+    "cuda_attention_efficiency": (cuda_depth_rows, implied),
     "rocm_bandwidth_ratio": (rocm_rows("tg"), implied),
     "rocm_compute_ratio": (rocm_rows("pp"), implied),
     "metal_kv_read_scale": (metal_depth_rows, implied_depth_scale),

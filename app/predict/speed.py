@@ -11,8 +11,9 @@ listed there as defaults and a fit to the user's own benchmark runs on top:
   one after the other, so the time per token is ``Σ_d bytes_d / bw_d + overhead``: the
   form of the Apple fit (time/token ≈ bytes / (0.86–0.97·BW) + 4–6.5 ms, llama.cpp #4167).
   ``bw_d`` is the device's bandwidth times an efficiency: 0.64–0.80 of the bound on
-  NVIDIA (llama.cpp #15013, default the middle, 0.72), the Apple fit above for unified
-  memory, and for the CPU a share of the host bandwidth ``ggtune hw`` measured.
+  NVIDIA (llama.cpp #15013, default the middle, 0.72; also for a CUDA GPU on unified
+  memory, the DGX Spark's GB10), the Apple fit above for Metal's unified memory, and for
+  the CPU a share of the host bandwidth ``ggtune hw`` measured.
 * **Prefill** is compute-bound: about ``2·active_params`` FLOPs per token (the output head
   once per prompt: only the last token's logits are computed), plus attention
   ``4·depth·n_head·head_dim`` per layer, over an effective compute rate
@@ -64,7 +65,10 @@ from app.settings import Settings
 
 SpeedKind = Literal["pp", "tg"]
 DeviceClass = Literal["gpu", "host", "unified"]
-"""A discrete GPU, a unified-memory GPU (Apple, DGX Spark) or the CPU host."""
+"""How a device is priced: a GPU (discrete, or a CUDA GPU on unified memory such as the
+DGX Spark's GB10: llama.cpp runs the same CUDA kernels and CUDA graphs on it), a
+unified-memory GPU of another backend (Apple's Metal: the fit of llama.cpp #4167) or the
+CPU host."""
 
 GB: Final = 1e9
 
@@ -94,21 +98,34 @@ Metal, ROCm, Vulkan): a ggtune assumption; calibrated when runs exist."""
 
 GPU_ATTENTION_EFFICIENCY: Final = 0.5
 """Share of the matrix products' rate a GPU's flash attention reaches in prefill (FLOPs
-``4·n_head·head_dim`` per token per cached token): a ggtune assumption, set so that the
-published M2 Ultra prefill at 16k of depth (llama.cpp benches/mac-m2-ultra.md) comes out
-right; flash-attention kernels reach less of the peak than dense products do.
+``4·n_head·head_dim`` per token per cached token) on every backend but CUDA
+(:data:`CUDA_ATTENTION_EFFICIENCY`): a ggtune assumption, set so that the published M2
+Ultra prefill at 16k of depth (llama.cpp benches/mac-m2-ultra.md) comes out right; Metal's
+flash-attention kernels reach less of the peak than its dense products do.
 docs/benchmarks.md has the whole published table against it."""
 
-GPU_MMQ_EFFICIENCY: Final = 0.150
+GPU_MMQ_EFFICIENCY: Final = 0.1916
 """Share of the dense INT8 tensor rate (``int8_tops``) llama.cpp's MMQ kernels reach in
 prefill of quantized weights on NVIDIA GPUs (ggml-cuda/mmq.cu, ggml_cuda_should_use_mmq:
-every type of :data:`MMQ_TYPES` on Turing and later): fitted to the published NVIDIA rows
-of tests/app/data/published_llama_cpp_speeds.json (the median of the rate each row
-implies), checked leave one out in docs/benchmarks.md; bench/bench_speed_published.py
---fit prints it."""
+every type of :data:`MMQ_TYPES` on Turing and later), on a discrete card: fitted to the
+published RTX 3090/4090 rows of tests/app/data/published_llama_cpp_speeds.json (the
+median of the rate each row implies: 0.19–0.25), checked leave one out in
+docs/benchmarks.md; bench/bench_speed_published.py --fit prints it."""
+
+UNIFIED_MMQ_EFFICIENCY: Final = 0.1283
+""":data:`GPU_MMQ_EFFICIENCY` for an NVIDIA GPU with unified memory (GB10, the DGX
+Spark): fitted the same way to the DGX Spark rows of the published table. GB10 reaches a
+smaller share of its INT8 rate than the discrete cards do (0.09–0.17 against 0.19–0.26);
+its INT8 rate is itself computed, not published (profiles/hardware/nvidia-dgx.toml), and
+the whole chip runs on 140 W."""
+
+CUDA_ATTENTION_EFFICIENCY: Final = 1.0
+""":data:`GPU_ATTENTION_EFFICIENCY` for a CUDA device (llama.cpp's CUDA flash-attention
+kernels, not Metal's): fitted to the published CUDA rows of prompt processing at a depth
+(the median of what each implies), checked leave one out in docs/benchmarks.md."""
 
 ROCM_BANDWIDTH_RATIO: Final = 0.722
-ROCM_COMPUTE_RATIO: Final = 0.609
+ROCM_COMPUTE_RATIO: Final = 0.541
 """llama.cpp's ROCm (HIP) backend against the CUDA ratios above: decode reaches this
 share of ``gpu_bandwidth_efficiency``, prefill this share of ``gpu_compute_efficiency``
 (a device named ``ROCm<n>``). Fitted to the published RX 7900 XTX rows (RDNA3, the only
@@ -157,7 +174,10 @@ class SpeedFactors:
     ``*_bandwidth_efficiency`` multiply a device's bandwidth; ``*_overhead_s`` is a fixed
     cost per decoded token (kernel launches, synchronisation); ``gpu_compute_efficiency``
     multiplies ``fp16_tflops``; ``gpu_mmq_efficiency`` multiplies ``int8_tops`` for the
-    products of quantized weights where the GPU has one (MMQ); on a ROCm device
+    products of quantized weights where the GPU has one (MMQ; ``unified_mmq_efficiency``
+    on a unified-memory GPU); ``gpu_attention_efficiency`` is the share of the compute
+    rate flash attention reaches in prefill (``cuda_attention_efficiency`` on a CUDA
+    device); on a ROCm device
     ``rocm_bandwidth_ratio``/``rocm_compute_ratio`` further multiply the GPU's bandwidth
     and compute efficiencies; ``metal_kv_read_scale`` multiplies the time a Metal device
     reads the KV cache in decode, ``metal_expert_product_s`` is its cost per routed expert
@@ -189,6 +209,8 @@ class SpeedFactors:
     quant_kv_attention_factor: float = 1.0
     gpu_attention_efficiency: float = GPU_ATTENTION_EFFICIENCY
     gpu_mmq_efficiency: float = GPU_MMQ_EFFICIENCY
+    unified_mmq_efficiency: float = UNIFIED_MMQ_EFFICIENCY
+    cuda_attention_efficiency: float = CUDA_ATTENTION_EFFICIENCY
     rocm_bandwidth_ratio: float = ROCM_BANDWIDTH_RATIO
     rocm_compute_ratio: float = ROCM_COMPUTE_RATIO
     metal_kv_read_scale: float = METAL_KV_READ_SCALE
@@ -332,6 +354,8 @@ class DeviceWork:
     weight_bytes: float
     expert_bytes: float
     all_weight_bytes: float
+    """Bytes a micro-batch of prefill reads: every weight on the device but the token
+    embeddings, of which it reads only the rows of its tokens (``lookup_bytes``)."""
     kv_bytes_per_depth: float
     swa_kv_bytes_per_depth: float
     state_bytes: float
@@ -359,6 +383,11 @@ class DeviceWork:
     METAL_EXPERT_PRODUCT_S)."""
     kernels: KernelWork | None = None
     """The host's share priced by this CPU's measured kernels (None: bandwidth model)."""
+    attention_efficiency: float = 1.0
+    """Share of ``flops_per_s`` flash attention reaches in prefill (1 on the host)."""
+    lookup_bytes: float = 0.0
+    """Bytes of one token's row of the token embeddings on the device (``get_rows``
+    reads one row per token of a batch, never the whole matrix)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,7 +413,9 @@ def _device_kind(device: Device) -> DeviceClass:
         # a remote machine's CPU over RPC runs at CPU rates (this machine's CPU factors:
         # an assumption, as nothing was measured there)
         return "host"
-    return "unified" if device.unified_memory else "gpu"
+    if device.unified_memory and not device.name.startswith("CUDA"):
+        return "unified"
+    return "gpu"
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,6 +432,8 @@ class _Rates:
     """time multiplier of KV reads in decode"""
     expert_product_s: float = 0.0
     """s per routed expert product in decode"""
+    attention: float = 1.0
+    """share of ``flops`` flash attention reaches in prefill"""
 
 
 def _rates(device: Device, factors: SpeedFactors) -> _Rates:
@@ -416,18 +449,23 @@ def _rates(device: Device, factors: SpeedFactors) -> _Rates:
         return _Rates(bw, flops, factors.host_overhead_s)
     bw = (device.bandwidth_gb_per_s or DEFAULT_GPU_BANDWIDTH_GB_PER_S) * GB
     flops = (device.fp16_tflops or DEFAULT_GPU_TFLOPS) * 1e12 * factors.gpu_compute_efficiency
-    mmq = (device.int8_tops or 0.0) * 1e12 * factors.gpu_mmq_efficiency
+    mmq_share = (
+        factors.unified_mmq_efficiency if device.unified_memory else factors.gpu_mmq_efficiency
+    )
+    mmq = (device.int8_tops or 0.0) * 1e12 * mmq_share
     metal = device.name.startswith("MTL")
     kv_scale = factors.metal_kv_read_scale if metal else 1.0
     per_expert = factors.metal_expert_product_s if metal else 0.0
+    cuda = device.name.startswith("CUDA")
+    attention = factors.cuda_attention_efficiency if cuda else factors.gpu_attention_efficiency
     if kind == "unified":
         bw *= factors.unified_bandwidth_efficiency
-        return _Rates(bw, flops, factors.unified_overhead_s, mmq, kv_scale, per_expert)
+        return _Rates(bw, flops, factors.unified_overhead_s, mmq, kv_scale, per_expert, attention)
     bw *= factors.gpu_bandwidth_efficiency
     if device.name.startswith("ROCm"):
         bw *= factors.rocm_bandwidth_ratio
         flops *= factors.rocm_compute_ratio
-    return _Rates(bw, flops, factors.gpu_overhead_s, mmq, kv_scale, per_expert)
+    return _Rates(bw, flops, factors.gpu_overhead_s, mmq, kv_scale, per_expert, attention)
 
 
 def decode_bandwidth(device: Device, factors: SpeedFactors | None = None) -> float:
@@ -455,6 +493,7 @@ def workload(
     expert = [0.0] * n
     expert_tensors = [0] * n
     all_weight = [0.0] * n
+    lookup = [0.0] * n
     layer_flops = [0.0] * n
     head_flops = [0.0] * n
     mmq_layer = [0.0] * n
@@ -484,7 +523,7 @@ def workload(
         if t.role == "token_embedding":
             rows = t.shape[1] if len(t.shape) >= 2 else 1
             weight[d] += t.n_bytes / max(rows, 1)  # one row looked up per token
-            all_weight[d] += t.n_bytes
+            lookup[d] += t.n_bytes / max(rows, 1)
             continue
         all_weight[d] += t.n_bytes
         mmq = t.type_name.upper() in MMQ_TYPES and len(t.shape) >= 2
@@ -584,6 +623,8 @@ def workload(
                 mmq_flops_per_s=r.mmq,
                 kv_read_scale=r.kv_scale,
                 expert_product_s=r.expert_product_s,
+                lookup_bytes=lookup[i],
+                attention_efficiency=r.attention,
             )
         )
     return Workload(
@@ -818,8 +859,7 @@ def prefill_s(
         attn = d.attn_flops_per_depth * ctx_sum + d.swa_attn_flops_per_depth * swa_sum
         if d.kv_quantized:
             attn *= factors.quant_kv_attention_factor
-        if d.kind != "host":
-            attn /= factors.gpu_attention_efficiency
+        attn /= d.attention_efficiency
         products = d.layer_flops * n_tokens + d.head_flops
         products_s = 0.0
         if d.mmq_flops_per_s > 0:  # quantized products on the int8 tensor cores (MMQ)
@@ -828,7 +868,8 @@ def prefill_s(
             products -= mmq
         products_s += n_seqs * products / d.flops_per_s
         total += products_s + n_seqs * attn / d.flops_per_s
-        total += n_micro * d.all_weight_bytes / d.bandwidth_bytes_per_s
+        read = n_micro * d.all_weight_bytes + total_tokens * d.lookup_bytes
+        total += read / d.bandwidth_bytes_per_s
     return total * factors.prefill_scale
 
 
@@ -1054,6 +1095,7 @@ def rerate(work: Workload, hardware: Hardware, factors: SpeedFactors) -> Workloa
                 mmq_flops_per_s=r.mmq,
                 kv_read_scale=r.kv_scale,
                 expert_product_s=r.expert_product_s,
+                attention_efficiency=r.attention,
             )
         )
     return dataclasses.replace(work, devices=tuple(devices))
@@ -1400,6 +1442,7 @@ def _fit_prefill(
                 f,
                 gpu_compute_efficiency=f.gpu_compute_efficiency * ratio,
                 gpu_mmq_efficiency=f.gpu_mmq_efficiency * ratio,
+                unified_mmq_efficiency=f.unified_mmq_efficiency * ratio,
             )
     factors = []
     for m in group:

@@ -153,3 +153,41 @@ def test_longer_context_decodes_slower_and_ttft_grows_with_the_prompt() -> None:
     assert long.decode_tok_per_s < short.decode_tok_per_s
     p1, p2 = (predict_speed(spec, s, hw, n_prompt=n).ttft_s for n in (512, 4096))
     assert p2 > 7 * p1
+
+
+def test_prefill_reads_only_its_tokens_rows_of_the_token_embeddings() -> None:
+    # llama.cpp keeps the token embeddings on the CPU and looks up one row per token
+    # (get_rows): a prompt on a fully offloaded model does not wait for the host to read
+    # the whole matrix once per micro-batch, so the host's bandwidth barely matters
+    spec = simulate_quant(model_spec(catalog_header("llama-3.1-8b")), "Q4_0").spec
+    s = Settings(n_ctx=4096, n_gpu_layers=-1, flash_attn="on", n_ubatch=512)
+    hosts = [Device("CPU", "host", 64 * 1024**3, None, bw) for bw in (50.0, 5.0)]
+    ttft = [
+        predict_speed(spec, s, compose("rtx-4090", default_host=h), n_prompt=2048).ttft_s
+        for h in hosts
+    ]
+    assert ttft[1] == pytest.approx(ttft[0], rel=0.01)
+
+
+def test_a_cuda_gpu_on_unified_memory_is_priced_as_a_cuda_gpu() -> None:
+    # the DGX Spark's GB10 runs llama.cpp's CUDA kernels and CUDA graphs: the NVIDIA
+    # decode ratio applies there, not the Apple fit (llama.cpp #4167) of a Metal device
+    import dataclasses
+
+    spec = _qwen25_q8()
+    s = Settings(n_ctx=4096, n_gpu_layers=-1)
+    base = SpeedFactors()
+    apple_overhead = dataclasses.replace(base, unified_overhead_s=0.05)
+    slow_cuda = dataclasses.replace(
+        base, gpu_bandwidth_efficiency=base.gpu_bandwidth_efficiency / 2
+    )
+
+    def step(hw_name: str, f: SpeedFactors) -> float:
+        return decode_step_s(workload(spec, s, compose(hw_name), f), depth=0, factors=f)
+
+    spark = step("dgx-spark", base)
+    assert step("dgx-spark", apple_overhead) == pytest.approx(spark)
+    assert step("dgx-spark", slow_cuda) > 1.8 * spark
+    mac = step("m2-ultra", base)
+    assert step("m2-ultra", apple_overhead) > mac + 0.04
+    assert step("m2-ultra", slow_cuda) == pytest.approx(mac)
