@@ -72,8 +72,27 @@ CPU host."""
 
 GB: Final = 1e9
 
-NVIDIA_BANDWIDTH_EFFICIENCY: Final = 0.72
-"""llama.cpp decodes at 64–80 % of the bandwidth bound on NVIDIA (llama.cpp #15013)."""
+NVIDIA_END_TO_END_EFFICIENCY: Final = 0.72
+"""llama.cpp decodes at 64–80 % of the bandwidth bound on NVIDIA (llama.cpp #15013, 7B
+Q4_0 on many cards), the middle: the whole token, the CPU's part included."""
+
+GPU_HOST_SHARE: Final = 0.125
+"""Share of a decoded token's time the CPU takes on the critical path with a GPU backend
+(building and splitting the graph, launching it): 10–15 % for Llama 2 7B and 13B Q4_K_M on
+A100 and H100 (llama.cpp #7456), the middle."""
+
+NVIDIA_BANDWIDTH_EFFICIENCY: Final = round(NVIDIA_END_TO_END_EFFICIENCY / (1 - GPU_HOST_SHARE), 3)
+"""The share of the bandwidth bound the GPU's own reads reach in decode: 0.72 end to end,
+of which 12.5 % is the CPU's, so 0.72 / 0.875 = 0.823 (the CPU's part is
+:data:`GPU_NODE_OVERHEAD_S` per graph node)."""
+
+GPU_NODE_OVERHEAD_S: Final = round(GPU_HOST_SHARE / 163.83 / 1152, 12)
+"""The CPU's time per graph node for each decode step on a GPU: 12.5 % (#7456) of a Llama
+2 7B Q4_K_M token on an H100 PCIe with CUDA graphs (163.83 tok/s, llama.cpp #6763) over
+that model's 1,152 graph nodes (:func:`graph_nodes`, 32 layers, no flash attention):
+0.66 µs. It sets a floor under small models, whose tokens the bandwidth alone would make
+absurdly fast (SmolLM2 135M Q8_0 at ~5,000 tok/s on an RTX 4090, ~1,260 with it); for a
+7B model it is the 12.5 % above."""
 
 UNIFIED_BANDWIDTH_EFFICIENCY: Final = 0.915
 UNIFIED_OVERHEAD_S: Final = 0.00525
@@ -104,7 +123,7 @@ Ultra prefill at 16k of depth (llama.cpp benches/mac-m2-ultra.md) comes out righ
 flash-attention kernels reach less of the peak than its dense products do.
 docs/benchmarks.md has the whole published table against it."""
 
-GPU_MMQ_EFFICIENCY: Final = 0.1916
+GPU_MMQ_EFFICIENCY: Final = 0.1902
 """Share of the dense INT8 tensor rate (``int8_tops``) llama.cpp's MMQ kernels reach in
 prefill of quantized weights on NVIDIA GPUs (ggml-cuda/mmq.cu, ggml_cuda_should_use_mmq:
 every type of :data:`MMQ_TYPES` on Turing and later), on a discrete card: fitted to the
@@ -112,20 +131,20 @@ published RTX 3090/4090 rows of tests/app/data/published_llama_cpp_speeds.json (
 median of the rate each row implies: 0.19–0.25), checked leave one out in
 docs/benchmarks.md; bench/bench_speed_published.py --fit prints it."""
 
-UNIFIED_MMQ_EFFICIENCY: Final = 0.1283
+UNIFIED_MMQ_EFFICIENCY: Final = 0.1259
 """:data:`GPU_MMQ_EFFICIENCY` for an NVIDIA GPU with unified memory (GB10, the DGX
 Spark): fitted the same way to the DGX Spark rows of the published table. GB10 reaches a
 smaller share of its INT8 rate than the discrete cards do (0.09–0.17 against 0.19–0.26);
 its INT8 rate is itself computed, not published (profiles/hardware/nvidia-dgx.toml), and
 the whole chip runs on 140 W."""
 
-CUDA_ATTENTION_EFFICIENCY: Final = 1.0
+CUDA_ATTENTION_EFFICIENCY: Final = 0.975
 """:data:`GPU_ATTENTION_EFFICIENCY` for a CUDA device (llama.cpp's CUDA flash-attention
 kernels, not Metal's): fitted to the published CUDA rows of prompt processing at a depth
 (the median of what each implies), checked leave one out in docs/benchmarks.md."""
 
-ROCM_BANDWIDTH_RATIO: Final = 0.722
-ROCM_COMPUTE_RATIO: Final = 0.541
+ROCM_BANDWIDTH_RATIO: Final = 0.677
+ROCM_COMPUTE_RATIO: Final = 0.539
 """llama.cpp's ROCm (HIP) backend against the CUDA ratios above: decode reaches this
 share of ``gpu_bandwidth_efficiency``, prefill this share of ``gpu_compute_efficiency``
 (a device named ``ROCm<n>``). Fitted to the published RX 7900 XTX rows (RDNA3, the only
@@ -200,6 +219,7 @@ class SpeedFactors:
 
     gpu_bandwidth_efficiency: float = NVIDIA_BANDWIDTH_EFFICIENCY
     gpu_overhead_s: float = 0.0
+    gpu_node_overhead_s: float = GPU_NODE_OVERHEAD_S
     unified_bandwidth_efficiency: float = UNIFIED_BANDWIDTH_EFFICIENCY
     unified_overhead_s: float = UNIFIED_OVERHEAD_S
     host_bandwidth_efficiency: float = HOST_BANDWIDTH_EFFICIENCY
@@ -399,6 +419,8 @@ class Workload:
     n_expert: int
     n_expert_used: int
     n_ubatch: int
+    n_nodes: int = 0
+    """Compute nodes of the whole decode graph (:func:`graph_nodes`, all layers)."""
 
     def kv_bytes(self, depth: int) -> float:
         """Return KV bytes one token reads at ``depth`` over all devices."""
@@ -633,6 +655,8 @@ def workload(
         n_expert=spec.n_expert,
         n_expert_used=spec.n_expert_used,
         n_ubatch=ctx.n_ubatch,
+        n_nodes=graph_nodes(spec, range(spec.n_layer), flash_attn=ctx.flash_attn)
+        + NODES_OUTSIDE_LAYERS,
     )
 
 
@@ -815,7 +839,8 @@ def decode_step_s(
         total += (n_users - 1) * flops / d.flops_per_s
         if d.kv_quantized:  # dequantizing the cells attended to, for every user
             total += n_users * (factors.quant_kv_attention_factor - 1.0) * attn / d.flops_per_s
-        overhead = max(overhead, d.overhead_s)
+        node_s = work.n_nodes * factors.gpu_node_overhead_s if d.kind == "gpu" else 0.0
+        overhead = max(overhead, d.overhead_s + node_s)
     return (total + overhead) * factors.decode_scale
 
 
