@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, Qt
 from pytestqt.modeltest import ModelTester
 from pytestqt.qtbot import QtBot
 
@@ -54,8 +54,14 @@ def test_profile_table(qtmodeltester: ModelTester, tmp_path: Path) -> None:
     qtmodeltester.check(table)
     assert table.rowCount() == len(profiles)
     row = next(i for i, p in enumerate(profiles) if p.id == "rtx-3090")
-    assert table.index(row, 2).data() == "24 GiB"
-    assert table.index(row, 6).data() == "built-in"
+    assert table.index(row, 2).data() == "24"
+    assert table.headerData(2, Qt.Orientation.Horizontal) == "Memory\nGiB"
+    assert table.index(row, 6).data() == "284.7"  # TOPS: what prefill of quants runs at
+    assert table.headerData(6, Qt.Orientation.Horizontal) == "INT8\nTOPS"
+    assert "whitepaper" in table.index(row, 6).data(Qt.ItemDataRole.ToolTipRole)
+    mac = next(i for i, p in enumerate(profiles) if p.id == "m2-ultra")
+    assert table.index(mac, 6).data() == "—"
+    assert table.index(row, 1).data() == "gpu"  # built in
     assert table.index(row, 3).data(256) is profiles[row]  # UserRole
     assert table.index(row, 7).data() == "rtx-3090"  # the id Combine takes (issue 18)
 
@@ -151,6 +157,8 @@ def test_custom_profile_is_validated_saved_and_listed(qtbot: QtBot, tmp_path: Pa
     assert saved.usable_fraction.value == 0.9
     assert saved.fp16_tflops.source == "vendor spec sheet"
     assert panel.profile_model.is_custom(saved)
+    custom_row = [p.id for p in panel.profile_model.rows].index("lab-gpu-48")
+    assert panel.profile_model.index(custom_row, 1).data() == "gpu, custom"
     with qtbot.waitSignal(hardware.hardware_changed, timeout=15_000):
         panel.plan_profile_button.click()  # the new profile is selected
     assert hardware.choice.hardware.gpus[0].capacity_bytes == int(48 * GIB * 0.9)

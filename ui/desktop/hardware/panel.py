@@ -173,10 +173,16 @@ class HardwarePanel(QWidget):
         self.profile_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.profile_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.profile_table.verticalHeader().hide()
-        self.profile_table.horizontalHeader().setSectionResizeMode(
+        header = self.profile_table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # the name column takes what the figures leave; a long name is cut with "…" and
+        # its tooltip (and the Id column) give it whole, so the figures stay on screen
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setMinimumSectionSize(60)
+        self.profile_table.setWordWrap(True)
+        self.profile_table.verticalHeader().setSectionResizeMode(
             QHeaderView.ResizeMode.ResizeToContents
         )
-        self.profile_table.horizontalHeader().setStretchLastSection(True)
         self.profile_table.setMinimumHeight(180)
         self.profile_table.doubleClicked.connect(lambda _index: self.plan_selected_profile())
         layout.addWidget(self.profile_table, 1)

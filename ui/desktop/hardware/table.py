@@ -15,19 +15,25 @@ from ui.desktop.shared.record_table import RIGHT, RecordTableModel
 PROFILE_COLUMNS: Final = (
     "Name",
     "Kind",
-    "Memory",
-    "Bandwidth",
+    "Memory\nGiB",
+    "Bandwidth\nGB/s",
     "Usable",
-    "FP16",
-    "From",
-    "Id (for Combine)",
+    "FP16\nTFLOPS",
+    "INT8\nTOPS",
+    "Id\n(for Combine)",
+)
+"""Two lines each where a unit goes under its figure's name, so the figures fit beside a
+profile's name at 1280 px; a profile of the user's own says "custom" after its kind."""
+NO_INT8_TIP: Final = (
+    "No INT8 figure: prompts run at the FP16 rate. An NVIDIA GPU's is its tensor cores' "
+    "dense INT8 rate, what llama.cpp's MMQ kernels multiply quantized weights at."
 )
 SEARCH_ROLE: Final = int(Qt.ItemDataRole.UserRole) + 1
 """The words a search matches: the name, the id and its aliases."""
 
 
-def _figure_text(value: float | None, unit: str) -> str:
-    return "?" if value is None else f"{value:g} {unit}"
+def _figure_text(value: float | None) -> str:
+    return "?" if value is None else f"{value:g}"
 
 
 class ProfileTableModel(RecordTableModel[HardwareProfile]):
@@ -51,15 +57,16 @@ class ProfileTableModel(RecordTableModel[HardwareProfile]):
         if role == SEARCH_ROLE:
             return " ".join((p.name, p.id, *p.aliases))
         figures = (None, None, p.memory_gib, p.bandwidth_gb_per_s, p.usable_fraction)
+        int8 = p.int8_tops
         if role == Qt.ItemDataRole.DisplayRole:
             texts = (
                 p.name,
-                p.kind,
-                _figure_text(p.memory_gib.value, "GiB"),
-                _figure_text(p.bandwidth_gb_per_s.value, "GB/s"),
+                f"{p.kind}, custom" if self.is_custom(p) else p.kind,
+                _figure_text(p.memory_gib.value),
+                _figure_text(p.bandwidth_gb_per_s.value),
                 f"{(p.usable_fraction.value or 0) * 100:.0f} %",
-                _figure_text(p.fp16_tflops.value, "TFLOPS"),
-                "custom" if self.is_custom(p) else "built-in",
+                _figure_text(p.fp16_tflops.value),
+                _figure_text(int8.value) if int8 else "—",
                 p.id,
             )
             return texts[column]
@@ -69,9 +76,13 @@ class ProfileTableModel(RecordTableModel[HardwareProfile]):
             if column == 5:
                 return p.fp16_tflops.source
             if column == 6:
+                if int8 is None:
+                    return NO_INT8_TIP
+                return int8.source
+            if column == 1:
                 return p.path
             figure = figures[column] if column < len(figures) else None
             return None if figure is None else figure.source
-        if role == Qt.ItemDataRole.TextAlignmentRole and 2 <= column <= 5:
+        if role == Qt.ItemDataRole.TextAlignmentRole and 2 <= column <= 6:
             return RIGHT
         return None
