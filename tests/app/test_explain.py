@@ -285,3 +285,29 @@ def test_the_compute_buffer_now_is_the_one_with_or_without_flash_attention() -> 
         }
         label = "With flash attention" if flash == "on" else "Without flash attention"
         assert numbers["Compute buffer now"] == numbers[label]
+
+
+def test_a_small_model_on_a_gpu_is_said_to_wait_for_the_cpu() -> None:
+    """SmolLM2 135M on an RTX 4090: the CPU's part of each step (graph nodes, llama.cpp
+    #7456) is most of the token, and the speed paragraph says so with the step's figure; a
+    7-8B model's share (~12 %) and a CPU-only plan get no such words."""
+    from app.hardware.profiles import compose
+    from app.model.catalog import catalog_header
+    from app.model.quant import simulate_quant
+
+    gpu = compose("rtx-4090")
+    for name, quant, hardware, said in (
+        ("smollm2-135m", "Q8_0", gpu, True),
+        ("llama-3.1-8b", "Q4_K_M", gpu, False),
+        ("smollm2-135m", "Q8_0", HW, False),
+    ):
+        spec = simulate_quant(model_spec(catalog_header(name)), quant).spec
+        settings = _settings(spec, 4096).replace(n_gpu_layers=-1)
+        est = estimate(spec, settings, hardware)
+        f = explain_facts(spec, settings, est, hardware)
+        text = _text(_section(explain_model(spec, settings, est, hardware), "speed"))
+        assert ("prepares and launches it" in text) is said, (name, hardware)
+        if said:
+            assert f.step_nodes > 500
+            assert f"{f.step_nodes:,} operations" in text
+            assert f"{f.step_cpu_s * 1000:.2f} ms" in text
