@@ -134,7 +134,7 @@ docs/benchmarks.md; bench/bench_speed_published.py --fit prints it."""
 UNIFIED_MMQ_EFFICIENCY: Final = 0.1259
 """:data:`GPU_MMQ_EFFICIENCY` for an NVIDIA GPU with unified memory (GB10, the DGX
 Spark): fitted the same way to the DGX Spark rows of the published table. GB10 reaches a
-smaller share of its INT8 rate than the discrete cards do (0.09–0.17 against 0.19–0.26);
+smaller share of its INT8 rate than the discrete cards do (0.09–0.16 against 0.19–0.25);
 its INT8 rate is itself computed, not published (profiles/hardware/nvidia-dgx.toml), and
 the whole chip runs on 140 W."""
 
