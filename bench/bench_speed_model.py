@@ -287,7 +287,10 @@ def _group(p: Point, key: str) -> int:
 
 def _depth_bucket(depth: int) -> int:
     """The sweep's depth a decode point belongs to (its steps sit a little deeper)."""
-    return 0 if depth < 512 else (1024 if depth < 2048 else 4096)
+    for bucket, below in ((0, 512), (1024, 1536), (2048, 3072)):
+        if depth < below:
+            return bucket
+    return 4096
 
 
 if __name__ == "__main__":
