@@ -220,7 +220,7 @@ def test_verifys_offloaded_count_says_the_sliders_words() -> None:
 
 
 BARE_NUMBER = re.compile(r"^[~≈+−-]?\d[\d,.]*$")
-UNIT_IN_HEADER = re.compile(r"tok/s|GiB|MiB|bits?/weight|KLD|%|tokens|layers|GB/s|TFLOPS", re.I)
+UNIT_IN_HEADER = re.compile(r"tok/s|GiB|MiB|bits?/weight|KLD|%|tokens|layers|GB/s|T(FL)?OPS", re.I)
 COUNTS = {"Use"}  # check boxes, not numbers
 
 
