@@ -25,7 +25,7 @@ from app.hardware.devices import Hardware
 from app.model.spec import ModelSpec
 from app.planning.options import own_quant_name
 from app.predict.estimate import MemoryEstimate, estimate, place_layers
-from app.predict.speed import SpeedFactors, predict_speed, workload
+from app.predict.speed import SpeedFactors, gpu_step_cpu_s, predict_speed, workload
 from app.settings import CacheType, Settings
 from app.units import format_bytes, format_tps, speed_depth
 
@@ -273,9 +273,8 @@ def explain_facts(
     step_cpu_s = 0.0
     try:
         work = workload(spec, settings, hardware, factors)
-        if any(d.kind == "gpu" and d.weight_bytes > 0 for d in work.devices):
-            step_nodes = work.n_nodes
-            step_cpu_s = work.n_nodes * (factors or SpeedFactors()).gpu_node_overhead_s
+        step_cpu_s = gpu_step_cpu_s(work, factors)
+        step_nodes = work.n_nodes if step_cpu_s else 0
         for d in work.devices:
             if d.weight_bytes <= 0 and d.kv_bytes_per_depth <= 0:
                 continue

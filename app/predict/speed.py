@@ -785,6 +785,14 @@ def _busy(d: DeviceWork) -> bool:
     return d.weight_bytes > 0 or d.kv_bytes_per_depth > 0 or d.layer_flops > 0
 
 
+def gpu_step_cpu_s(work: Workload, factors: SpeedFactors | None = None) -> float:
+    """Return the CPU's time to prepare and launch one decode step on a GPU: the graph's
+    nodes × ``gpu_node_overhead_s`` when a GPU does part of the step, else 0."""
+    if not any(d.kind == "gpu" and _busy(d) for d in work.devices):
+        return 0.0
+    return work.n_nodes * (factors or SpeedFactors()).gpu_node_overhead_s
+
+
 def _expert_share(work: Workload, n_users: int) -> float:
     """Expected share of all experts that ``n_users`` tokens touch, over one token's share."""
     if not work.n_expert or n_users <= 1:
@@ -809,6 +817,7 @@ def decode_step_s(
     assert n_users >= 1, f"users must be ≥ 1, got {n_users}"
     factors = factors or SpeedFactors()
     share = _expert_share(work, n_users)
+    node_s = gpu_step_cpu_s(work, factors)
     total = 0.0
     overhead = 0.0
     for d in work.devices:
@@ -839,8 +848,7 @@ def decode_step_s(
         total += (n_users - 1) * flops / d.flops_per_s
         if d.kv_quantized:  # dequantizing the cells attended to, for every user
             total += n_users * (factors.quant_kv_attention_factor - 1.0) * attn / d.flops_per_s
-        node_s = work.n_nodes * factors.gpu_node_overhead_s if d.kind == "gpu" else 0.0
-        overhead = max(overhead, d.overhead_s + node_s)
+        overhead = max(overhead, d.overhead_s + (node_s if d.kind == "gpu" else 0.0))
     return (total + overhead) * factors.decode_scale
 
 
