@@ -278,10 +278,17 @@ def load_test_child(request: LoadTestRequest, channel: ChildChannel) -> None:
             return int(np.ctypeslib.as_array(logits, shape=(n_vocab,)).argmax())
 
         begin("warming up")
+        # A prompt with its last token's logits, then one decode step: the first round then
+        # finds every weight paged in, the output head's included (a tied embedding is
+        # otherwise read whole for the first time by the first user's first token).
         bindings.llama_memory_clear(mem, True)
+        warm = prompts[0][: min(plan.n_prompt, n_batch)]
         batch.clear()
-        for i, tok in enumerate(prompts[0][: min(plan.n_prompt, n_batch)]):
-            batch.add(tok, i, 0, False)
+        for i, tok in enumerate(warm):
+            batch.add(tok, i, 0, i == len(warm) - 1)
+        batch.decode(ctx)
+        batch.clear()
+        batch.add(pick(len(warm) - 1), len(warm), 0, True)
         batch.decode(ctx)
         bindings.llama_memory_clear(mem, True)
 
