@@ -20,9 +20,10 @@ waiting for a core another process holds), ``wall`` the elapsed time.
 
 The prediction is :func:`app.predict.speed.decode_step_s` / :func:`prefill_s` with the
 host's kernels — **uncalibrated**: the kernel rates only, no run of any model;
-**calibrated (leave one file out)**: the kernel, attention and node scales and the
-per-weight-type scales fitted by :func:`app.predict.speed.calibrate` to every other
-file's runs of this machine, the file itself held out; **calibrated (leave one model
+**calibrated (leave one file out)**: the kernel, attention and node scales, the
+per-weight-type and per-attention-kernel scales fitted by
+:func:`app.predict.speed.calibrate` to every other file's runs of this machine, the file
+itself held out; **calibrated (leave one model
 out)**: fitted to the other model's runs only.
 """
 
@@ -176,9 +177,10 @@ def main() -> None:
         lomo: dict[int, float] = {}
         for model in sorted({p.model for p in points}):
             fit = calibrate([p.measurement for p in points if p.model != model])
+            kernels = ", ".join(f"{k} ×{v:.2f}" for k, v in fit.host_attention_scales)
             print(f"fitted without {model}: kernel ×{fit.host_kernel_scale:.2f}, attention "
-                  f"×{fit.host_attention_scale:.2f}, nodes ×{fit.host_node_scale:.2f}",
-                  file=sys.stderr)  # fmt: skip
+                  f"×{fit.host_attention_scale:.2f} ({kernels}), nodes "
+                  f"×{fit.host_node_scale:.2f}", file=sys.stderr)  # fmt: skip
             for i, p in enumerate(points):
                 if p.model == model:
                     lomo[i] = error(p, predicted(p, fit))

@@ -212,6 +212,10 @@ class SpeedFactors:
     one weight type on top of ``host_kernel_scale`` (1 for a type not listed): a loaded
     model's BF16/F16/Q8_0/MXFP4 products run slower against the timed kernels than its
     K-quants do, which one common scale cannot absorb (docs/benchmarks.md, section users).
+    ``host_attention_scales`` (:func:`attention_key`, scale) do the same for each attention
+    kernel on top of ``host_attention_scale``: llama.cpp's CPU flash attention is one
+    kernel per cache type, head size and path (one query row at a time below 64 rows per
+    stream, tiles of 64 from there), each off from its timing in its own way.
     ``decode_scale``/``prefill_scale`` multiply predicted times for one model, fitted to
     that model's own runs (1 = none).
     ``source`` says where the numbers come from, in words.
@@ -239,6 +243,7 @@ class SpeedFactors:
     host_attention_scale: float = 1.0
     host_node_scale: float = 1.0
     host_type_scales: tuple[tuple[str, float], ...] = ()
+    host_attention_scales: tuple[tuple[str, float], ...] = ()
     decode_scale: float = 1.0
     prefill_scale: float = 1.0
     n_measurements: int = 0
@@ -717,6 +722,19 @@ def scale_key(type_name: str, n_tokens: int) -> str:
     return f"{key}/1" if n_tokens <= 1 else key
 
 
+FLASH_TILE_ROWS: Final = 64
+"""Query rows per stream from which llama.cpp's CPU flash attention takes its tiled path
+(``GGML_FA_TILE_Q``; fewer rows go one at a time): docs/sources.md §5."""
+
+
+def attention_key(kv_type: str, head_dim: int, n_tokens: int) -> str:
+    """Return the key of :attr:`SpeedFactors.host_attention_scales` for attention over a
+    ``kv_type`` cache with heads of ``head_dim`` for a graph of ``n_tokens`` tokens:
+    ``"f16/64/tiled"`` from :data:`FLASH_TILE_ROWS` tokens on, ``"f16/64/rows"`` below."""
+    path = "tiled" if n_tokens >= FLASH_TILE_ROWS else "rows"
+    return f"{kv_type.lower()}/{head_dim}/{path}"
+
+
 def kernel_graph_s(
     k: KernelWork,
     factors: SpeedFactors,
@@ -764,6 +782,7 @@ def kernel_graph_s(
         kv_work = 2.0 * (k.attn_kv_full * ctx_full + k.attn_kv_swa * ctx_swa) / t
         rows = max(1, round(t * k.group))
         attn = kv_work * (r.ns_per_weight(k.kv_type, rows, k.head_dim) or 0.0)
+    attn *= dict(factors.host_attention_scales).get(attention_key(k.kv_type, k.head_dim, t), 1.0)
     nodes_s = (k.n_nodes * r.node_us + r.decode_us) * 1e-6
     return (
         mm * 1e-9 * factors.host_kernel_scale
@@ -1167,27 +1186,45 @@ def _weight_types(work: Workload) -> list[str]:
     return sorted(found)
 
 
+def _attention_keys(work: Workload) -> list[str]:
+    """Return the keys of the host's attention kernels in ``work`` (:func:`attention_key`),
+    for both paths."""
+    return sorted(
+        {
+            attention_key(d.kernels.kv_type, d.kernels.head_dim, n)
+            for n in (1, FLASH_TILE_ROWS)
+            for d in work.devices
+            if d.kernels is not None
+        }
+    )
+
+
 def _kernel_parts(
     m: SpeedMeasurement, work: Workload
-) -> tuple[dict[str, float], float, float] | None:
+) -> tuple[dict[str, float], dict[str, float], float] | None:
     """Return the seconds of ``m``'s test spent in the host's matrix products (by weight
-    type), attention and graph nodes at unit scales, or None when the run is not priced
-    by kernels alone."""
+    type), attention (by kernel) and graph nodes at unit scales, or None when the run is
+    not priced by kernels alone."""
     if not all(d.kernels is not None for d in work.devices if _busy(d)):
         return None
     size = m.n_tokens if m.kind == "pp" else 1.0
 
-    def seconds(b: float, c: float, zero: str | None = None) -> float:
+    def seconds(c: float, zero: str | None = None, zero_attention: str | None = None) -> float:
         f = SpeedFactors(
-            host_attention_scale=b,
             host_node_scale=c,
             host_type_scales=((zero, 0.0),) if zero else (),
+            host_attention_scales=((zero_attention, 0.0),) if zero_attention else (),
         )
         return size / predict_measurement(m, f, work)
 
-    full = seconds(1.0, 1.0)
-    products = {t: full - seconds(1.0, 1.0, t) for t in _weight_types(work)}
-    return products, full - seconds(0.0, 1.0), full - seconds(1.0, 0.0)
+    full = seconds(1.0)
+    products = {t: full - seconds(1.0, t) for t in _weight_types(work)}
+    attention = {a: full - seconds(1.0, zero_attention=a) for a in _attention_keys(work)}
+    return (
+        {t: v for t, v in products.items() if v > 0},
+        {a: v for a, v in attention.items() if v > 0},
+        full - seconds(0.0),
+    )
 
 
 class _Works:
@@ -1206,23 +1243,29 @@ class _Works:
 
 
 def _fit_log_scales(
-    rows: Sequence[tuple[Sequence[float], float]], priors: Sequence[float], iterations: int = 40
+    rows: Sequence[tuple[Sequence[float], float]],
+    priors: Sequence[float],
+    n_attention: int = 1,
+    iterations: int = 40,
 ) -> list[float]:
-    """Return scales (k, b, c, s_1 … s_n) > 0 minimising Σ log²(p / t) + Σ prior_i·log² scale_i,
-    with ``p = b·attention + c·nodes + k·Σ s_i·products_i``.
+    """Return scales (k, b, c, a_1 … a_m, s_1 … s_n) > 0 minimising Σ log²(p / t) +
+    Σ prior_i·log² scale_i, with ``p = b·Σ a_j·attention_j + c·nodes + k·Σ s_i·products_i``.
 
-    ``rows`` are ((attention, nodes, products_1 … products_n), t): the seconds of each part
-    at unit scales and the measured seconds. Levenberg-Marquardt on the logs of the scales
-    (Gaussian elimination on the normal equations); starts at 1 (the kernels as measured).
+    ``rows`` are ((attention_1 … attention_m, nodes, products_1 … products_n), t): the
+    seconds of each part at unit scales and the measured seconds; ``n_attention`` is m.
+    Levenberg-Marquardt on the logs of the scales (Gaussian elimination on the normal
+    equations); starts at 1 (the kernels as measured).
     """
     n = len(priors)
+    na = n_attention
     u = [0.0] * n
     damping = 1e-3
 
     def shares(e: Sequence[float], x: Sequence[float]) -> tuple[float, list[float]]:
         """Return p and d p / d log scale_i."""
-        typed = [e[0] * s * q for s, q in zip(e[3:], x[2:], strict=True)]
-        d = [sum(typed), e[1] * x[0], e[2] * x[1], *typed]
+        attn = [e[1] * a * q for a, q in zip(e[3 : 3 + na], x[:na], strict=True)]
+        typed = [e[0] * s * q for s, q in zip(e[3 + na :], x[na + 1 :], strict=True)]
+        d = [sum(typed), sum(attn), e[2] * x[na], *attn, *typed]
         return d[0] + d[1] + d[2], d
 
     def cost(v: Sequence[float]) -> float:
@@ -1308,10 +1351,11 @@ def _fit_kernels(
 ) -> SpeedFactors:
     """Fit the host's kernel, attention and node scales to runs priced by its kernels.
 
-    Each test's time is ``k·Σ_type s_type·products_type + b·attention + c·nodes`` (the
-    parts at unit scales); the common scale k, b, c and one scale per weight type minimise
-    the squared log error of the times plus a weak pull towards 1 (a stronger one on the
-    type scales, :data:`TYPE_SCALE_PRIOR`).
+    Each test's time is ``k·Σ_type s_type·products_type + b·Σ_kernel a_kernel·attention_kernel
+    + c·nodes`` (the parts at unit scales); the common scales k, b, c, one scale per weight
+    type and one per attention kernel (:func:`attention_key`) minimise the squared log
+    error of the times plus a weak pull towards 1 (a stronger one on the type and kernel
+    scales, :data:`TYPE_SCALE_PRIOR`).
     """
     found = []
     works = works or _Works()
@@ -1324,20 +1368,33 @@ def _fit_kernels(
     if not found:
         return f
     types = sorted({t for (products, _a, _n), _s in found for t in products})
+    kernels = sorted({k for (_p, attention, _n), _s in found for k in attention})
+    na = len(kernels)
     rows = [
-        ((a, n, *(products.get(t, 0.0) for t in types)), measured_s)
-        for (products, a, n), measured_s in found
+        (
+            (
+                *(attention.get(k, 0.0) for k in kernels),
+                n,
+                *(products.get(t, 0.0) for t in types),
+            ),
+            measured_s,
+        )
+        for (products, attention, n), measured_s in found
     ]
-    counts = [sum(1 for x, _s in rows if x[2 + i] > 0) for i in range(len(types))]
-    # unknowns: the common kernel scale, attention, nodes, then one per weight type
+    counts = [sum(1 for x, _s in rows if x[i] > 0) for i in range(na)] + [
+        sum(1 for x, _s in rows if x[na + 1 + i] > 0) for i in range(len(types))
+    ]
+    # unknowns: the common kernel scale, attention, nodes, then one per attention kernel
+    # and one per weight type
     priors = [KERNEL_SCALE_PRIOR * len(rows)] * 3 + [TYPE_SCALE_PRIOR * c for c in counts]
-    best = _fit_log_scales(rows, priors)
+    best = _fit_log_scales(rows, priors, n_attention=na)
     return dataclasses.replace(
         f,
         host_kernel_scale=best[0],
         host_attention_scale=best[1],
         host_node_scale=best[2],
-        host_type_scales=tuple(zip(types, best[3:], strict=True)),
+        host_attention_scales=tuple(zip(kernels, best[3 : 3 + na], strict=True)),
+        host_type_scales=tuple(zip(types, best[3 + na :], strict=True)),
     )
 
 

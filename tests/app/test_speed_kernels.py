@@ -241,6 +241,44 @@ def test_calibration_learns_a_weight_types_own_scale_for_one_token(
     )
 
 
+def test_calibration_learns_an_attention_kernels_own_scale(
+    smollm: ModelSpec, gemma: ModelSpec
+) -> None:
+    # the runs were made where Gemma's tiled attention (F16 cache, heads of 256) takes 1.5x
+    # what the kernels timed and SmolLM2's (heads of 64) 0.8x: one common attention scale
+    # cannot explain both models' prompts after a long history, a scale per kernel can
+    hw = hardware(rates())
+    truth = SpeedFactors(host_attention_scales=(("f16/256/tiled", 1.5), ("f16/64/tiled", 0.8)))
+    s = Settings(n_ctx=8192, n_parallel=8)
+    ms = []
+    for spec, key in ((smollm, "smollm"), (gemma, "gemma")):
+        for kind, n_tokens, depth, users in (
+            ("tg", 1, 0, 1), ("tg", 1, 3000, 1), ("tg", 1, 1000, 4), ("pp", 64, 0, 1),
+            ("pp", 64, 2000, 1), ("pp", 64, 4000, 4), ("pp", 512, 1000, 1), ("pp", 64, 1000, 8),
+        ):  # fmt: skip
+            m = SpeedMeasurement(spec, s, hw, kind, n_tokens, depth, 1.0, key, n_users=users)  # type: ignore[arg-type]
+            ms.append(dataclasses.replace(m, tok_per_s=predict_measurement(m, truth)))
+    fit = calibrate(ms)
+    kernels = dict(fit.host_attention_scales)
+    assert set(kernels) == {"f16/64/rows", "f16/64/tiled", "f16/256/rows", "f16/256/tiled"}
+    b = fit.host_attention_scale
+    assert kernels["f16/256/tiled"] * b == pytest.approx(1.5, rel=0.1)
+    assert kernels["f16/64/tiled"] * b == pytest.approx(0.8, rel=0.1)
+    for m in ms:
+        assert predict_measurement(m, fit) == pytest.approx(m.tok_per_s, rel=0.03)
+    # a kernel's scale prices only its own path: decoding one token at a time is untouched
+    slow = SpeedFactors(host_attention_scales=(("f16/256/tiled", 2.0),))
+    work = workload(gemma, s, hw)
+    assert decode_step_s(work, depth=4000, factors=slow) == decode_step_s(work, depth=4000)
+    assert prefill_s(work, n_tokens=64, depth=4000, factors=slow) > 1.2 * prefill_s(
+        work, n_tokens=64, depth=4000
+    )
+    work = workload(smollm, s, hw)
+    assert prefill_s(work, n_tokens=64, depth=4000, factors=slow) == prefill_s(
+        work, n_tokens=64, depth=4000
+    )
+
+
 # --- the load test, predicted ---------------------------------------------------------
 
 

@@ -1,0 +1,64 @@
+"""Time this CPU's kernels for every weight type and attention kernel of the speed sweep.
+
+Run: ``.venv/bin/python -m bench.bench_cpu_kernels --out KERNELS.json [--threads 1]
+[--clock cpu]``. Writes :class:`app.hardware.kernels.KernelRates` as JSON: what
+:mod:`bench.bench_speed_model` reads with ``--kernels`` (the file of docs/benchmarks.md,
+section users, is ``bench/data/cpu_kernels_1thread_*.json``).
+
+The types are those of every quant level ``llama_model_quantize`` makes of the two demo
+models that this CPU's kernels can price (the 18 of :data:`TYPES`), at 1–512 tokens
+sharing a product; the types llama.cpp repacks on an AVX-512 CPU go into its
+``CPU_REPACK`` buffer as in a loaded model; attention is timed for F16 and Q8_0 caches
+with heads of 64 (SmolLM2) and 256 (Gemma 3), five rounds each (the median is kept). It
+runs in a child process (:func:`runner.kernel_bench.kernel_bench`); about 17 minutes at
+one thread on the 2-core EPYC of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+TYPES = (
+    "BF16", "F16", "F32", "IQ3_S", "IQ4_NL", "IQ4_XS", "Q1_0", "Q2_0", "Q3_K", "Q4_0",
+    "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "TQ1_0",
+)  # fmt: skip
+REPACK = ("Q4_0", "Q4_K", "IQ4_NL", "MXFP4")
+ATTENTION = (("F16", 64), ("F16", 256), ("Q8_0", 64), ("Q8_0", 256))
+TOKENS = (1, 2, 4, 8, 16, 64, 128, 512)
+
+
+def main() -> None:
+    from runner.kernel_bench import kernel_bench
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    args = ap.parse_args()
+    if args.out.exists():
+        sys.exit(f"{args.out} exists: give another name (nothing is overwritten)")
+    rates = kernel_bench(
+        TYPES,
+        n_tokens=TOKENS,
+        n_threads=args.threads,
+        repack=REPACK,
+        rounds=5,
+        clock=args.clock,
+        attention=ATTENTION,
+        attention_tokens=TOKENS,
+        timeout_s=1800,
+    )
+    tmp = args.out.with_suffix(args.out.suffix + ".tmp")
+    tmp.write_text(json.dumps(rates.to_dict(), indent=1))
+    tmp.replace(args.out)
+    print(
+        f"{rates.seconds:.0f} s, {rates.node_us:.2f} µs per node, load {rates.loadavg}",
+        file=sys.stderr,
+    )
+
+
+if __name__ == "__main__":
+    main()
