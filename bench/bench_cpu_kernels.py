@@ -6,7 +6,8 @@ Run: ``.venv/bin/python -m bench.bench_cpu_kernels --out KERNELS.json [--threads
 section users, is ``bench/data/cpu_kernels_1thread_*.json``).
 
 The types are those of every quant level ``llama_model_quantize`` makes of the two demo
-models that this CPU's kernels can price (the 18 of :data:`TYPES`), at 1–512 tokens
+models (the 19 of :data:`TYPES`; TQ2_0 was missing from the first file, timed on
+2026-12-01, so its files were priced by the bandwidth fallback), at 1–512 tokens
 sharing a product; the types llama.cpp repacks on an AVX-512 CPU go into its
 ``CPU_REPACK`` buffer as in a loaded model; attention is timed for F16 and Q8_0 caches
 with heads of 64 (SmolLM2) and 256 (Gemma 3), five rounds each (the median is kept). It
@@ -23,7 +24,7 @@ from pathlib import Path
 
 TYPES = (
     "BF16", "F16", "F32", "IQ3_S", "IQ4_NL", "IQ4_XS", "Q1_0", "Q2_0", "Q3_K", "Q4_0",
-    "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "TQ1_0",
+    "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "TQ1_0", "TQ2_0",
 )  # fmt: skip
 REPACK = ("Q4_0", "Q4_K", "IQ4_NL", "MXFP4")
 ATTENTION = (("F16", 64), ("F16", 256), ("Q8_0", 64), ("Q8_0", 256))
