@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -70,6 +71,26 @@ def rates(
     )
     return KernelRates(2, tuple(timings), attention, 1.0, ("CPU",), 1.0, decode_us=20.0,
                        measured_at="2026-12-01T10:00:00", machine_key="m")  # fmt: skip
+
+
+def runs_made_with(
+    truth: SpeedFactors,
+    specs: tuple[ModelSpec, ...],
+    settings: Settings,
+    hw: Hardware,
+    cases: tuple[tuple[str, int, int, int], ...],
+) -> list[SpeedMeasurement]:
+    """Return the measurements ``cases`` (kind, tokens, depth, users) of every spec would
+    give on a machine where ``truth`` holds (each spec its own model key)."""
+    out = []
+    for i, spec in enumerate(specs):
+        for kind, n_tokens, depth, users in cases:
+            test: Literal["pp", "tg"] = "pp" if kind == "pp" else "tg"
+            m = SpeedMeasurement(
+                spec, settings, hw, test, n_tokens, depth, 1.0, f"m{i}", n_users=users
+            )
+            out.append(dataclasses.replace(m, tok_per_s=predict_measurement(m, truth)))
+    return out
 
 
 def hardware(r: KernelRates | None = None) -> Hardware:
@@ -214,14 +235,10 @@ def test_calibration_learns_a_weight_types_own_scale_for_one_token(
     hw = hardware(rates())
     truth = SpeedFactors(host_type_scales=(("q4_1/1", 1.6), ("q4_1", 0.8)))
     s = Settings(n_ctx=8192, n_parallel=8)
-    ms = []
-    for spec, key in ((smollm, "smollm"), (gemma, "gemma")):
-        for kind, n_tokens, depth, users in (
-            ("tg", 1, 0, 1), ("tg", 1, 2000, 1), ("tg", 1, 0, 2), ("tg", 1, 1000, 4),
-            ("tg", 1, 0, 8), ("pp", 64, 0, 1), ("pp", 512, 1000, 1), ("pp", 64, 0, 4),
-        ):  # fmt: skip
-            m = SpeedMeasurement(spec, s, hw, kind, n_tokens, depth, 1.0, key, n_users=users)  # type: ignore[arg-type]
-            ms.append(dataclasses.replace(m, tok_per_s=predict_measurement(m, truth)))
+    ms = runs_made_with(truth, (smollm, gemma), s, hw, (
+        ("tg", 1, 0, 1), ("tg", 1, 2000, 1), ("tg", 1, 0, 2), ("tg", 1, 1000, 4),
+        ("tg", 1, 0, 8), ("pp", 64, 0, 1), ("pp", 512, 1000, 1), ("pp", 64, 0, 4),
+    ))  # fmt: skip
     fit = calibrate(ms)
     scales = dict(fit.host_type_scales)
     assert scales["q4_1/1"] * fit.host_kernel_scale == pytest.approx(1.6, rel=0.1)
@@ -250,14 +267,10 @@ def test_calibration_learns_an_attention_kernels_own_scale(
     hw = hardware(rates())
     truth = SpeedFactors(host_attention_scales=(("f16/256/tiled", 1.5), ("f16/64/tiled", 0.8)))
     s = Settings(n_ctx=8192, n_parallel=8)
-    ms = []
-    for spec, key in ((smollm, "smollm"), (gemma, "gemma")):
-        for kind, n_tokens, depth, users in (
-            ("tg", 1, 0, 1), ("tg", 1, 3000, 1), ("tg", 1, 1000, 4), ("pp", 64, 0, 1),
-            ("pp", 64, 2000, 1), ("pp", 64, 4000, 4), ("pp", 512, 1000, 1), ("pp", 64, 1000, 8),
-        ):  # fmt: skip
-            m = SpeedMeasurement(spec, s, hw, kind, n_tokens, depth, 1.0, key, n_users=users)  # type: ignore[arg-type]
-            ms.append(dataclasses.replace(m, tok_per_s=predict_measurement(m, truth)))
+    ms = runs_made_with(truth, (smollm, gemma), s, hw, (
+        ("tg", 1, 0, 1), ("tg", 1, 3000, 1), ("tg", 1, 1000, 4), ("pp", 64, 0, 1),
+        ("pp", 64, 2000, 1), ("pp", 64, 4000, 4), ("pp", 512, 1000, 1), ("pp", 64, 1000, 8),
+    ))  # fmt: skip
     fit = calibrate(ms)
     kernels = dict(fit.host_attention_scales)
     assert set(kernels) == {"f16/64/rows", "f16/64/tiled", "f16/256/rows", "f16/256/tiled"}
