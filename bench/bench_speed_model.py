@@ -72,7 +72,9 @@ def read_text(path: Path) -> str:
 
 
 def points_of(record: dict[str, Any], spec: ModelSpec, hw: Hardware, clock: str) -> list[Point]:
-    """Return the measured points of one sweep run (see the module doc)."""
+    """Return the measured points of one sweep run (see the module doc): with repetitions,
+    one point per figure, the median of its rounds (the lower middle one for an even
+    count)."""
     file = record["file"]
     model, _, quant = file.removesuffix(".gguf").rpartition("-")
     load = (record.get("loadavg_before") or [math.nan])[0]
@@ -90,6 +92,20 @@ def points_of(record: dict[str, Any], spec: ModelSpec, hw: Hardware, clock: str)
             out.append(Point(file, model, quant, "ttft", m.depth, m.n_users, ttft, m, load))
         else:
             out.append(Point(file, model, quant, "prefill", m.depth, 1, m.tok_per_s, m, load))
+    return median_rounds(out)
+
+
+def median_rounds(points: Sequence[Point]) -> list[Point]:
+    """Return one point per (figure, depth, users, tokens) of ``points``: the median
+    measurement of its repetitions (``statistics.median_low``), in first-seen order."""
+    groups: dict[tuple[str, int, int, int], list[Point]] = {}
+    for p in points:
+        key = (p.what, p.depth, p.n_users, p.measurement.n_tokens)
+        groups.setdefault(key, []).append(p)
+    out = []
+    for group in groups.values():
+        middle = statistics.median_low(p.measured for p in group)
+        out.append(next(p for p in group if p.measured == middle))
     return out
 
 

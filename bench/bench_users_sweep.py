@@ -12,7 +12,9 @@ attention auto, f16 cache, one stream per user. Each run is appended to ``--out`
 JSON line: the load test's record (every step's time), the file, the pass, and
 ``/proc/loadavg`` before and after, so noisy runs can be seen. Passes go over all files in
 turn (not one file several times in a row), so a busy minute hits one run of a file, not
-all of them.
+all of them. ``--repetitions R`` serves each user count R times in a run (after one depth
+fill); :mod:`bench.bench_speed_model` then judges each figure's median round, so a single
+step's noise (about 12 % on the machine of docs/benchmarks.md) weighs less.
 """
 
 from __future__ import annotations
@@ -127,6 +129,12 @@ def main() -> None:
     ap.add_argument("--depths", default="0,1024,4096")
     ap.add_argument("--users", default="1,2,4,8")
     ap.add_argument("--passes", type=int, default=1)
+    ap.add_argument(
+        "--repetitions",
+        type=int,
+        default=1,
+        help="rounds of each user count per run (the judge takes their median round)",
+    )
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--only", default="", help="substring a file name must contain")
     ap.add_argument(
@@ -160,7 +168,9 @@ def main() -> None:
                     continue
                 if skipped(f.name, depth, skip):
                     continue
-                plan = UsersPlan(n_users=users, n_prompt=64, n_gen=16, depth=depth)
+                plan = UsersPlan(
+                    n_users=users, n_prompt=64, n_gen=16, depth=depth, repetitions=args.repetitions
+                )
                 busy = wait_for_quiet(args.quiet, args.max_wait)
                 before = read_loadavg()
                 t0 = time.time()

@@ -1,6 +1,10 @@
-"""bench/bench_users_sweep.py's --skip: a quant name leaves out that quant only."""
+"""bench/bench_users_sweep.py's --skip (a quant name leaves out that quant only), and how
+bench/bench_speed_model.py judges a run with repetitions."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 from bench.bench_users_sweep import parse_skip, skipped
 
@@ -26,3 +30,27 @@ def test_skip_by_file_stem_leaves_the_other_model() -> None:
 def test_skip_ignores_entries_without_a_depth() -> None:
     assert parse_skip("") == set()
     assert parse_skip("Q2_0") == set()
+
+
+def test_the_judge_takes_the_median_round_of_repetitions(smollm_path: Path) -> None:
+    # a measured run of the committed sweep, its 1-user round served three times: the
+    # second copy 1.5x slower in every step, the third 0.8x; the judge keeps one point per
+    # figure, the median round's (the original), not three
+    from app.hardware.devices import Device, Hardware
+    from app.model.gguf_reader import read_model
+    from app.model.spec import model_spec
+    from bench.bench_speed_model import points_of, read_text
+
+    data = Path(__file__).parents[2] / "bench/data/users_sweep_d0_d4096_2026-12-02.jsonl.xz"
+    record = json.loads(read_text(data).splitlines()[0])
+    one = next(r for r in record["rounds"] if r["n_users"] == 1)
+    slow, fast = (
+        {**one, "steps": [[*s[:3], s[3] * f, s[4] * f] for s in one["steps"]]} for f in (1.5, 0.8)
+    )
+    record = {**record, "plan": {**record["plan"], "n_users": [1], "repetitions": 3}}
+    spec = model_spec(read_model(smollm_path))
+    hw = Hardware(host=Device("CPU", "host", 24 << 30, 20 << 30, 20.0))
+    plain = points_of({**record, "rounds": [one], "fill": []}, spec, hw, "cpu")
+    repeated = points_of({**record, "rounds": [slow, one, fast], "fill": []}, spec, hw, "cpu")
+    assert sorted(p.what for p in repeated) == ["decode", "ttft"]
+    assert [(p.what, p.measured) for p in repeated] == [(p.what, p.measured) for p in plain]
