@@ -62,6 +62,10 @@ class Settings:
     tensor_split: tuple[float, ...] = ()
     use_mmap: bool = True
     offload_kqv: bool = True
+    repack: bool = True
+    """llama.cpp's extra CPU weight buffers (``AMX``, ``CPU_REPACK``: a converted copy of
+    the weights for faster CPU kernels); False is llama-server's ``--no-repack``
+    (``llama_model_params.use_extra_bufts = false``): plain CPU weights only."""
     tensor_overrides: tuple[tuple[str, str], ...] = ()
     """llama.cpp's ``-ot PATTERN=BUFFER`` pairs in order (the first pattern that matches a
     tensor's name wins, ``std::regex_search``); BUFFER is ``"CPU"`` or a GPU's name."""

@@ -57,9 +57,17 @@ def _children_cpu_s() -> float:
 
 
 def run_batched_bench(
-    tool: Path, model: Path, n_users: int, n_gen: int, *, n_ctx: int, threads: int
+    tool: Path,
+    model: Path,
+    n_users: int,
+    n_gen: int,
+    *,
+    n_ctx: int,
+    threads: int,
+    repack: bool = True,
 ) -> tuple[dict[str, Any], float]:
-    """Run llama-batched-bench once; return its JSON row and the CPU seconds it took."""
+    """Run llama-batched-bench once; return its JSON row and the CPU seconds it took
+    (``repack`` False adds ``--no-repack``, as ``Settings.repack``)."""
     before = _children_cpu_s()
     out = subprocess.run(
         [
@@ -84,6 +92,7 @@ def run_batched_bench(
             "auto",
             "--output-format",
             "jsonl",
+            *(() if repack else ("--no-repack",)),
         ],
         capture_output=True,
         text=True,
@@ -102,11 +111,12 @@ def run_batched_bench(
 
 
 def batched_bench_step(
-    tool: Path, model: Path, n_users: int, *, n_ctx: int, threads: int
+    tool: Path, model: Path, n_users: int, *, n_ctx: int, threads: int, repack: bool = True
 ) -> tuple[float, float]:
     """Return (CPU seconds per decode step of ``n_users``, its wall S_TG / n_users)."""
-    _row, short = run_batched_bench(tool, model, n_users, SHORT, n_ctx=n_ctx, threads=threads)
-    row, long = run_batched_bench(tool, model, n_users, ORACLE_LONG, n_ctx=n_ctx, threads=threads)
+    kw = {"n_ctx": n_ctx, "threads": threads, "repack": repack}
+    _row, short = run_batched_bench(tool, model, n_users, SHORT, **kw)  # type: ignore[arg-type]
+    row, long = run_batched_bench(tool, model, n_users, ORACLE_LONG, **kw)  # type: ignore[arg-type]
     return (long - short) / (ORACLE_LONG - SHORT) / threads, row["speed_tg"] / n_users
 
 

@@ -38,7 +38,21 @@ def main() -> None:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    ap.add_argument(
+        "--repack",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="weights in llama.cpp's AMX/CPU_REPACK buffers (auto: as ggtune plans here)",
+    )
     args = ap.parse_args()
+    if args.repack == "auto":
+        from app.hardware.devices import Device
+        from app.hardware.probe import local_cpu_flags
+        from app.predict.estimate import repack_is_safe
+
+        extra = repack_is_safe(Device("CPU", "host", None, cpu_flags=local_cpu_flags()))
+    else:
+        extra = args.repack == "on"
     if args.out.exists():
         sys.exit(f"{args.out} exists: give another name (nothing is overwritten)")
     rates = kernel_bench(
@@ -51,6 +65,7 @@ def main() -> None:
         attention=ATTENTION,
         attention_tokens=TOKENS,
         timeout_s=1800,
+        extra_buffers=extra,
     )
     tmp = args.out.with_suffix(args.out.suffix + ".tmp")
     tmp.write_text(json.dumps(rates.to_dict(), indent=1))

@@ -85,11 +85,22 @@ def skipped(file_name: str, depth: int, skip: set[tuple[str, int]]) -> bool:
 
 
 def settings_for(depth: int, plan: UsersPlan) -> Settings:
-    """Return the settings of one run: a stream per user with room for the plan."""
+    """Return the settings of one run: a stream per user with room for the plan (no
+    repacking on a CPU with AMX, as ggtune plans there: :func:`app.predict.estimate.
+    repack_is_safe`)."""
+    from app.hardware.devices import Device
+    from app.hardware.probe import local_cpu_flags
+    from app.predict.estimate import repack_is_safe
+
     per_user = depth + plan.n_prompt + plan.n_gen
     n_ctx = -(-plan.max_users * per_user // 256) * 256
     return Settings(
-        n_ctx=n_ctx, n_parallel=plan.max_users, flash_attn="auto", swa_full=False, kv_unified=False
+        n_ctx=n_ctx,
+        n_parallel=plan.max_users,
+        flash_attn="auto",
+        swa_full=False,
+        kv_unified=False,
+        repack=repack_is_safe(Device("CPU", "host", None, cpu_flags=local_cpu_flags())),
     )
 
 

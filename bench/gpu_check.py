@@ -403,7 +403,7 @@ def device_buffers(report: Any) -> dict[tuple[str, str], int]:
         for b in buffers:
             kind = group
             name = "CPU" if b.buffer.startswith(("CPU", "CUDA_Host")) else b.buffer
-            if kind == "weights" and b.buffer == "CPU_REPACK":
+            if kind == "weights" and b.buffer in ("CPU_REPACK", "AMX"):
                 kind = "repack"
             out[(kind, name)] = out.get((kind, name), 0) + b.bytes
     return out

@@ -112,6 +112,7 @@ class ModelLoad:
     load_mode: int
     no_alloc: bool
     cpu_tensor_patterns: tuple[str, ...] = ()
+    use_extra_bufts: bool = True
 
     @classmethod
     def from_settings(cls, settings: Settings, mode: EngineMode) -> ModelLoad:
@@ -126,6 +127,7 @@ class ModelLoad:
             load_mode=load_mode,
             no_alloc=mode == "no_alloc",
             cpu_tensor_patterns=cpu_moe_patterns(settings.n_cpu_moe),
+            use_extra_bufts=settings.repack,
         )
 
     def describe(self) -> str:
@@ -136,6 +138,8 @@ class ModelLoad:
         if self.cpu_tensor_patterns:
             parts.append(f"{len(self.cpu_tensor_patterns)} CPU tensor overrides")
         parts.append("no_alloc" if self.no_alloc else "mmap" if self.load_mode else "no mmap")
+        if not self.use_extra_bufts:
+            parts.append("no repack")
         return ", ".join(parts)
 
 
@@ -399,6 +403,7 @@ def model_params(
     params.n_gpu_layers = load.n_gpu_layers
     params.load_mode = load.load_mode
     params.no_alloc = load.no_alloc
+    params.use_extra_bufts = load.use_extra_bufts
     params.progress_callback = progress  # returns True; replaces the dots llama.cpp logs
     if load.tensor_split:
         split = (ctypes.c_float * MAX_DEVICES)(*load.tensor_split)

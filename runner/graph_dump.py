@@ -88,6 +88,7 @@ class DumpRequest:
     model_path: str
     settings: tuple[Settings, ...]
     n_gpu_layers: int
+    use_extra_bufts: bool = True
 
 
 class _Tensor(ctypes.Structure):
@@ -205,6 +206,7 @@ def dump_child(request: DumpRequest, channel: ChildChannel) -> None:
     params.n_gpu_layers = request.n_gpu_layers
     params.load_mode = LOAD_MODE_NONE
     params.no_alloc = True
+    params.use_extra_bufts = request.use_extra_bufts
     channel.step("loading the model")
     model = bindings.llama_model_load_from_file(request.model_path.encode(), params)
     forwarder.flush()
@@ -253,10 +255,15 @@ def dump_graphs(
     n_gpu_layers: int = 0,
     timeout_s: float = 300.0,
 ) -> list[GraphDump]:
-    """Return llama.cpp's reserve graph for each settings (CPU only; one child process)."""
+    """Return llama.cpp's reserve graph for each settings (CPU only; one child process, one
+    model load: the settings share ``repack``)."""
     if not os.path.isfile(model_path):
         raise ModelFileNotFoundError("no such model file", path=model_path)
-    request = DumpRequest(os.fspath(model_path), tuple(settings_list), n_gpu_layers)
+    repack = {s.repack for s in settings_list}
+    assert len(repack) <= 1, "one model load: every settings must share repack"
+    request = DumpRequest(
+        os.fspath(model_path), tuple(settings_list), n_gpu_layers, all(repack) if repack else True
+    )
     run = EngineWorker(dump_child, request, timeout_s=timeout_s).run()
     dumps: list[GraphDump] = []
     compute: dict[str, float] = {}

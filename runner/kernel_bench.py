@@ -49,6 +49,7 @@ from app.hardware.kernels import (
     cached_rates,
     store_rates,
 )
+from app.predict.estimate import amx_takes
 from app.predict.speed import KernelNeeds
 from runner.worker import ChildChannel, ChildFailure, EngineWorker, ItemEvent
 
@@ -93,6 +94,9 @@ class KernelRequest:
     clock: str = "wall"
     """``wall`` (what a user waits), or ``cpu``: the process's CPU time over its threads,
     which other work on shared cores does not inflate (it leaves out the threads' waits)."""
+    extra_buffers: bool = True
+    """Weights in llama.cpp's AMX or CPU_REPACK buffer where a loaded model's would be;
+    False: the plain CPU buffer for every type (``--no-repack``)."""
 
 
 # --- the child ----------------------------------------------------------------------
@@ -202,8 +206,9 @@ def _type_id(name: str) -> int:
 
 
 def _matrix_rows(cols: int) -> int:
-    """Rows of a test matrix ``cols`` wide: about MATRIX_WEIGHTS weights, a multiple of 8."""
-    return max(64, MATRIX_WEIGHTS // cols // 8 * 8)
+    """Rows of a test matrix ``cols`` wide: about MATRIX_WEIGHTS weights, a multiple of 32
+    (CPU_REPACK interleaves 8 rows; the AMX buffer takes multiples of 32)."""
+    return max(64, MATRIX_WEIGHTS // cols // 32 * 32)
 
 
 def _weights(g: _Ggml, type_id: int, cols: int, rng: Any) -> bytes:
@@ -530,18 +535,32 @@ def kernel_child(request: KernelRequest, channel: ChildChannel) -> None:
         g.cpu_set_n_threads(backend, request.n_threads)
         bufts = g.buffer_types()
         cpu = bufts.get("CPU") or next(iter(bufts.values()))
-        repack = bufts.get("CPU_REPACK")
+        repack = bufts.get("CPU_REPACK") if request.extra_buffers else None
+        amx = bufts.get("AMX") if request.extra_buffers else None
         rng = np.random.default_rng(7)
         timings = []
         for name, cols in request.shapes:
             channel.step(f"timing {name} matrix products {cols} wide")
-            use_repack = repack is not None and name.lower() in {r.lower() for r in request.repack}
+            # the buffer a loaded model's weight of this type and width lands in: AMX first
+            # where this CPU has it and takes the shape, then CPU_REPACK (ggml-cpu.cpp
+            # ggml_backend_cpu_get_extra_buffer_types)
+            use_amx = amx is not None and amx_takes(name, cols, _matrix_rows(cols))
+            use_repack = (
+                not use_amx
+                and repack is not None
+                and name.lower() in {r.lower() for r in request.repack}
+            )
+            buft = amx if use_amx else repack if use_repack else cpu
             for n, per_weight in _time_type(
-                g, backend, repack if use_repack else cpu, name, cols, request.n_tokens,
-                request.rounds, rng,
-            ):  # fmt: skip
+                g, backend, buft, name, cols, request.n_tokens, request.rounds, rng
+            ):
                 ns = tuple(s * 1e9 for s in per_weight)
-                timings.append(KernelTiming(name, n, min(ns), ns, use_repack, cols))
+                timings.append(
+                    KernelTiming(
+                        name, n, min(ns), ns, use_repack or use_amx, cols,
+                        buffer="AMX" if use_amx else "CPU_REPACK" if use_repack else "CPU",
+                    )
+                )  # fmt: skip
         attention = []
         for kv_type, head_dim in request.attention:
             channel.step(f"timing attention over a {kv_type} cache")
@@ -581,15 +600,18 @@ def kernel_bench(
     clock: str = "wall",
     timeout_s: float = DEFAULT_TIMEOUT_S,
     on_cancel_ready: Callable[[Callable[[], None]], None] | None = None,
+    extra_buffers: bool = True,
 ) -> KernelRates:
     """Time llama.cpp's matrix products on this CPU for ``shapes``: (weight type, row length)
     pairs such as ``("Q4_K", 2048)``, or a type alone (``"F16"``: rows of 2048).
 
     ``repack`` names the types llama.cpp repacks on this CPU (their weights then sit in the
     ``CPU_REPACK`` buffer, as in a loaded model: :func:`app.predict.estimate.
-    repack_type_names`). ``on_cancel_ready`` receives a function that kills the child (any
-    thread may call it; the run then raises EngineCancelledError). Raises
-    :class:`~app.errors.EngineError` subclasses when the child fails.
+    repack_type_names`); on a CPU with AMX the types and widths its buffer takes sit there
+    (:func:`app.predict.estimate.amx_takes`). ``extra_buffers`` False uses neither.
+    ``on_cancel_ready`` receives a function that kills the child (any thread may call it;
+    the run then raises EngineCancelledError). Raises :class:`~app.errors.EngineError`
+    subclasses when the child fails.
     """
     assert n_threads >= 1, f"n_threads must be ≥ 1, got {n_threads}"
     assert all(n >= 1 for n in n_tokens), f"token counts must be ≥ 1, got {n_tokens}"
@@ -604,6 +626,7 @@ def kernel_bench(
         tuple(attention),
         tuple(attention_tokens),
         clock,
+        extra_buffers,
     )
     worker = EngineWorker(kernel_child, request, timeout_s=timeout_s)
     if on_cancel_ready is not None:
@@ -654,5 +677,6 @@ def ensure_rates(
         rounds=3,
         timeout_s=timeout_s,
         on_cancel_ready=on_cancel_ready,
+        extra_buffers=needs.extra_buffers,
     )
     return store_rates(dataclasses.replace(measured, machine_key=key), cache_dir=cache_dir)

@@ -64,6 +64,11 @@ def llama_kwargs(
         )
     if s.n_cpu_moe:
         notes.append("Llama() has no MoE-on-CPU keyword; -ncmoe is not applied (use llama-server)")
+    if not s.repack:
+        notes.append(
+            "Llama() has no keyword for use_extra_bufts; weight repacking stays on "
+            "(use llama-server --no-repack)"
+        )
     return kwargs, tuple(notes)
 
 

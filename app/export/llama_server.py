@@ -50,6 +50,7 @@ FLAGS: Final = (
     "--swa-full",
     "--load-mode",
     "-nkvo",
+    "--no-repack",
     "--fit",
     "-t",
     "-md",
@@ -111,6 +112,8 @@ def llama_server_argv(
         argv += ["--load-mode", "none"]
     if not s.offload_kqv:
         argv.append("-nkvo")
+    if not s.repack:
+        argv.append("--no-repack")
     if n_threads is not None:
         argv += ["-t", str(n_threads)]
     if draft_path is not None:

@@ -145,6 +145,8 @@ def lmstudio_fields(
         notes.append("LM Studio has no full-size sliding-window cache setting (--swa-full)")
     if s.tensor_split:
         notes.append("LM Studio has no per-GPU proportions; it splits layers itself")
+    if not s.repack:
+        notes.append("LM Studio has no setting to turn weight repacking off (--no-repack)")
     notes.append(
         "autoFit is turned off so LM Studio loads these settings instead of refitting them"
     )

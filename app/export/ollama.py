@@ -685,6 +685,11 @@ def export_ollama(
         notes.append("Ollama has no tensor split across GPUs; it places layers itself")
     if not s.offload_kqv:
         notes.append("Ollama always keeps the KV cache with its layers (no -nkvo)")
+    if not s.repack:
+        notes.append(
+            "Ollama has no option to turn weight repacking off (llama-server --no-repack); "
+            "export for llama-server to keep it"
+        )
 
     commands = [ModelfileCommand("model", from_value)]
     if draft is not None:

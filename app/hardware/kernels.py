@@ -42,6 +42,9 @@ class KernelTiming:
     n_cols: int = 2048
     """Row length of the timed matrices (``ne0``): short rows cost more per weight once
     several tokens share a product."""
+    buffer: str = ""
+    """The ggml buffer the weights sat in (``CPU``, ``CPU_REPACK``, ``AMX``; empty in files
+    timed before it was recorded)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +155,7 @@ class KernelRates:
                     tuple(float(x) for x in t["rounds_ns"]),
                     bool(t["repacked"]),
                     int(t.get("n_cols", 2048)),
+                    str(t.get("buffer", "")),
                 )
                 for t in data["timings"]
             ),

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from app.measured.engine_report import EngineReport
-from app.predict.estimate import MemoryEstimate
+from app.predict.estimate import EXTRA_WEIGHT_BUFFERS, MemoryEstimate
 from app.settings import Settings
 from app.units import MIB
 
@@ -377,8 +377,8 @@ def compare_memory(est: MemoryEstimate, result: BenchResult) -> tuple[MemoryGap,
     """Return estimate vs measured per component and device, then the process's RSS.
 
     Buffers come from llama.cpp's log of this very load (weights: ``CPU_Mapped``/``CPU``
-    or the GPU's buffer; ``CPU_REPACK`` is the estimate's *other*). The RSS rows compare
-    the peak above the pre-load baseline: file-backed with the mapped weights (both
+    or the GPU's buffer; ``AMX`` and ``CPU_REPACK`` are the estimate's *other*). The RSS
+    rows compare the peak above the pre-load baseline: file-backed with the mapped weights (both
     ways), anonymous and total as upper bounds (see :data:`RSS_REL_TOLERANCE`). ``est``
     must be for the same settings and the devices llama.cpp used.
     """
@@ -390,8 +390,11 @@ def compare_memory(est: MemoryEstimate, result: BenchResult) -> tuple[MemoryGap,
         return sum(b for n, b in sizes.items() if (_is_host_buffer(n) if host else n == device))
 
     model = report.model_buffer_bytes
-    weights = {n: b for n, b in model.items() if n != "CPU_REPACK"}
-    n_weight_buffers = max(1, sum(1 for b in report.model_buffers if b.buffer != "CPU_REPACK"))
+    weights = {n: b for n, b in model.items() if n not in EXTRA_WEIGHT_BUFFERS}
+    n_weight_buffers = max(
+        1, sum(1 for b in report.model_buffers if b.buffer not in EXTRA_WEIGHT_BUFFERS)
+    )
+    extra = [b for b in report.model_buffers if b.buffer in EXTRA_WEIGHT_BUFFERS]
     for dev in est.devices:
         host = dev.kind == "host"
         rows = [
@@ -406,7 +409,13 @@ def compare_memory(est: MemoryEstimate, result: BenchResult) -> tuple[MemoryGap,
         ]  # fmt: skip
         if host:
             rows.insert(
-                1, ("weights (repacked)", dev.other_bytes, model.get("CPU_REPACK", 0), rounding)
+                1,
+                (
+                    "weights (repacked)",
+                    dev.other_bytes,
+                    sum(b.bytes for b in extra),
+                    max(1, len(extra)) * rounding,
+                ),
             )
             compute = report.compute_bytes_on("CPU")
         else:

@@ -55,7 +55,8 @@ class BufferSize:
     """One ``<buffer> <kind> buffer size = X MiB`` line of the llama.cpp log.
 
     ``buffer`` is the ggml buffer name: ``CPU``, ``CPU_Mapped`` (weights mmapped from the
-    file), ``CPU_REPACK`` (weights repacked for the CPU kernels), ``CUDA0``,
+    file), ``CPU_REPACK`` (weights repacked for the CPU kernels), ``AMX`` (weights packed
+    for the AMX kernels of an AMX CPU), ``CUDA0``,
     ``CUDA_Host`` ... ``mib`` is as printed (two decimals), ``bytes`` the nearest byte.
     """
 

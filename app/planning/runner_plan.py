@@ -53,7 +53,7 @@ from app.model.facts import gpu_layers_text
 from app.model.projector import Projector
 from app.model.spec import ModelSpec
 from app.planning.llama_fit import DEFAULT_FIT_CTX, DEFAULT_FIT_TARGET_MIB, FitResult, llama_fit
-from app.predict.estimate import MemoryEstimate, estimate, row_bytes
+from app.predict.estimate import MemoryEstimate, estimate, repack_is_safe, row_bytes
 from app.settings import ALL_LAYERS, RunnerName, Settings, runner_defaults
 from app.units import GIB, MIB
 
@@ -184,9 +184,17 @@ def plan_runner(
         if "n_parallel" in given and "kv_unified" not in given:
             given["kv_unified"] = False  # an explicit -np turns the unified cache off
         requested = base.replace(**given)
+        if "repack" not in given and not repack_is_safe(hardware.host):
+            requested = requested.replace(repack=False)
+    notes: list[str] = []
+    if not requested.repack and "repack" not in given:
+        notes.append(
+            "--no-repack: on a CPU with AMX the pinned llama.cpp's AMX kernels crash on "
+            "some machines (llama.cpp issue #20824), so the weights stay as in the file; "
+            "turn repacking on (--repack) to try them"
+        )
     else:
         requested = base.replace(**given)
-    notes: list[str] = []
     fit: FitResult | None = None
     margins = options.fit_target_mib or (DEFAULT_FIT_TARGET_MIB,)
     settings = requested
@@ -345,6 +353,7 @@ def _plan_ollama(
             n_batch=batch,
             n_ubatch=batch,
             use_mmap=use_mmap,
+            repack=bool(given.get("repack", True)),
         )
         on_gpu = _ollama_projector_on_gpu(projector, spec, ngl, "n_gpu_layers" in pinned, hardware)
         if options.mmproj_offload is not None:

@@ -64,6 +64,37 @@ _REPACK_AVX2: Final = frozenset(
 REPACK_NOTE_BYTES: Final = 256 * 2**20
 """Repacked weights counted twice (mmap on) from this size on get a note in the estimate."""
 _REPACK_AVX512_EXTRA: Final = frozenset({GGMLQuantizationType.Q2_K})
+
+# ggml-cpu/amx/amx.cpp: on a CPU with AMX-INT8 and AVX512-VNNI the first extra buffer type
+# is "AMX" (ggml_backend_cpu_get_extra_buffer_types puts it before CPU_REPACK). Its
+# supports_op takes a contiguous MUL_MAT weight of these types whose rows (ne0) are a
+# multiple of the alignment here and whose row count (ne1) is a multiple of 32 (TILE_N * 2);
+# qtype_has_amx_kernels (amx/common.h) lists the quant types it packs, F16 is copied as is.
+_AMX_ALIGNMENT: Final = {
+    GGMLQuantizationType.Q4_0: 32,
+    GGMLQuantizationType.Q4_1: 32,
+    GGMLQuantizationType.Q8_0: 32,
+    GGMLQuantizationType.Q4_K: 256,
+    GGMLQuantizationType.Q5_K: 256,
+    GGMLQuantizationType.Q6_K: 256,
+    GGMLQuantizationType.IQ4_XS: 256,
+    GGMLQuantizationType.F16: 16,
+}
+# amx/mmq.cpp get_row_size: bytes the packed layout adds per block (Q8_0's int32
+# compensation, the K-quants' unpacked scales, IQ4_XS's scales); the rest are the same size
+_AMX_EXTRA_PER_BLOCK: Final = {
+    GGMLQuantizationType.Q8_0: 4,
+    GGMLQuantizationType.Q4_K: 4,
+    GGMLQuantizationType.Q5_K: 4,
+    GGMLQuantizationType.IQ4_XS: 2,
+}
+_AMX_PACKED: Final = frozenset(t for t in _AMX_ALIGNMENT if t != GGMLQuantizationType.F16)
+"""The types the AMX buffer converts (F16 is copied as is and runs without the AMX kernels)."""
+AMX_CPU_FLAGS: Final = ("amx_int8", "avx512_vnni")
+"""The CPU flags (``/proc/cpuinfo`` names) with which llama.cpp's CPU backend has its AMX
+buffer (``__AMX_INT8__ && __AVX512VNNI__`` in a native build)."""
+EXTRA_WEIGHT_BUFFERS: Final = ("AMX", "CPU_REPACK")
+"""llama.cpp's CPU buffers that hold a converted copy of weights (the estimate's *other*)."""
 _REPACK_NEON_I8MM: Final = frozenset(
     {
         GGMLQuantizationType.Q4_0,
@@ -427,18 +458,34 @@ class _TensorGroup:
     role: TensorRole
     ggml_type: int
     repack_shape: bool
+    amx_shape: bool
     n_bytes: int
+    host_bytes: int = 0
+    """What the tensors take in a CPU model buffer: each padded to 32 bytes."""
 
 
 _ALL_REPACK_TYPES: Final = _REPACK_AVX2 | _REPACK_AVX512_EXTRA | _REPACK_NEON_I8MM
 
 
 def _group_tensors(spec: ModelSpec) -> tuple[_TensorGroup, ...]:
-    sums: dict[tuple[int | None, TensorRole, int, bool], int] = {}
+    sums: dict[tuple[int | None, TensorRole, int, bool, bool], int] = {}
+    padded: dict[tuple[int | None, TensorRole, int, bool, bool], int] = {}
     for t in spec.tensors:
-        key = (t.layer, t.role, t.ggml_type, _is_repacked(t, _ALL_REPACK_TYPES))
+        key = (t.layer, t.role, t.ggml_type, _is_repacked(t, _ALL_REPACK_TYPES), _is_amx(t))
         sums[key] = sums.get(key, 0) + t.n_bytes
-    return tuple(_TensorGroup(*key, n_bytes) for key, n_bytes in sums.items())
+        padded[key] = padded.get(key, 0) + _cpu_padded(t.n_bytes)
+    return tuple(_TensorGroup(*key, n_bytes, padded[key]) for key, n_bytes in sums.items())
+
+
+CPU_TENSOR_ALIGNMENT: Final = 32
+"""TENSOR_ALIGNMENT of ggml's CPU buffer (``ggml-cpu.c``), which is also GGUF's default
+data alignment, so a mapped file's tensors sit 32-byte aligned too: a 16-byte bias takes
+32 bytes of the CPU model buffer (measured: the zoo Qwen3.5-MoE's host weights, 1.61 MiB
+summed, 1.62 MiB in llama.cpp's buffer)."""
+
+
+def _cpu_padded(n_bytes: int) -> int:
+    return -(-n_bytes // CPU_TENSOR_ALIGNMENT) * CPU_TENSOR_ALIGNMENT
 
 
 _SPEC_MEMO: dict[int, tuple[ModelSpec, dict[str, object]]] = {}
@@ -490,27 +537,145 @@ def _repack_types(host: Device) -> frozenset[GGMLQuantizationType]:
     return frozenset()
 
 
+def has_amx(host: Device) -> bool:
+    """Return whether llama.cpp's CPU backend has its AMX buffer on ``host``'s CPU."""
+    return all(f in host.cpu_flags for f in AMX_CPU_FLAGS)
+
+
+def amx_takes(type_name: str, n_cols: int, n_rows: int) -> bool:
+    """Return whether the AMX buffer takes a ``type_name`` weight of ``n_rows`` rows of
+    ``n_cols`` (``ne0``) on a CPU that has it (:func:`has_amx`)."""
+    try:
+        ggml_type = GGMLQuantizationType[type_name.upper()]
+    except KeyError:
+        return False
+    align = _AMX_ALIGNMENT.get(ggml_type)
+    return align is not None and n_cols % align == 0 and n_rows % 32 == 0
+
+
+def amx_bytes(ggml_type: int, n_bytes: int) -> int:
+    """Return the size in the AMX buffer of a weight of ``n_bytes`` in ``ggml_type``."""
+    extra = _AMX_EXTRA_PER_BLOCK.get(GGMLQuantizationType(ggml_type), 0)
+    if not extra:
+        return n_bytes
+    _, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+    return n_bytes // type_size * (type_size + extra)
+
+
+_OTHER_MUL_MAT: Final = frozenset({"per_layer_model_proj", "inp_gate", "proj"})
+"""Weights of role "other" that llama.cpp multiplies (``src/llama-arch.cpp`` LLM_TENSOR_INFOS:
+Gemma 3n/4's per-layer input projections, ``GGML_OP_MUL_MAT``)."""
+
+
+def _is_amx(t: TensorSpec) -> bool:
+    """Whether ``t`` goes into the AMX buffer when it stays on a CPU that has one."""
+    mul_mat = t.role in _MUL_MAT_ROLES or (
+        t.role == "other" and t.name.rsplit(".", 2)[-2] in _OTHER_MUL_MAT
+    )
+    if t.ggml_type not in _AMX_ALIGNMENT or not mul_mat or len(t.shape) < 2:
+        return False  # experts are MUL_MAT_ID, not an AMX op; supports_op checks no rank
+    align = _AMX_ALIGNMENT[GGMLQuantizationType(t.ggml_type)]
+    return t.shape[0] % align == 0 and t.shape[1] % 32 == 0
+
+
+def host_extra_buffer(t: TensorSpec, host: Device) -> str | None:
+    """Return the CPU buffer that holds a converted copy of ``t`` when it stays on the host
+    (``AMX`` or ``CPU_REPACK``, tried in llama.cpp's order), or None (plain CPU)."""
+    if has_amx(host) and _is_amx(t):
+        return "AMX"
+    if _is_repacked(t, _repack_types(host)):
+        return "CPU_REPACK"
+    return None
+
+
+def repack_is_safe(host: Device) -> bool:
+    """Return whether ggtune lets llama.cpp repack weights on ``host`` by default.
+
+    Not on a CPU with AMX: the pinned llama.cpp's AMX matrix product segfaults in the
+    first product of several tokens on some AMX CPUs (llama.cpp issue #20824, closed
+    without a fix; Ollama issues #17006 and #17236 show the same crash), and on the AMX
+    machine ggtune was tested on it did for every packed quant type (docs/engine.md,
+    "AMX"). Plans there say ``--no-repack``, which the user can turn back on.
+    """
+    return not has_amx(host)
+
+
+def amx_refusal(spec: ModelSpec, settings: Settings, hardware: Hardware) -> str | None:
+    """Return why llama.cpp aborts creating a context for ``spec`` on an AMX CPU, or None.
+
+    The AMX buffer takes a 3-D ``MUL_MAT`` weight (its ``supports_op`` is asked with a
+    contiguous input when the weight is placed), but MLA multiplies ``attn_k_b`` by a
+    strided view of the query, which no backend then runs: ``GGML_ASSERT(*cur_backend_id
+    != -1)`` in ``ggml-backend.cpp`` (measured on the pinned build with the DeepSeek-2
+    tiny model of tests/zoo).
+    """
+    if not (settings.repack and has_amx(hardware.host)):
+        return None
+    placement = place_layers(spec, settings, hardware)
+    for t in spec.tensors:
+        on_host = tensor_device(t, placement, settings.n_cpu_moe) < 0
+        if len(t.shape) == 3 and t.shape[2] > 1 and _is_amx(t) and on_host:
+            return (
+                f"llama.cpp aborts on this CPU: its AMX buffer takes {t.name} "
+                f"({t.type_name}, 3-D), which the graph multiplies by a strided view "
+                "(GGML_ASSERT(*cur_backend_id != -1)); run it with --no-repack"
+            )
+    return None
+
+
 def repack_type_names(host: Device) -> frozenset[str]:
     """Return the weight types llama.cpp repacks for ``host``'s CPU (``CPU_REPACK``), by name."""
     return frozenset(t.name for t in _repack_types(host))
 
 
 def repacked_bytes(spec: ModelSpec, host: Device) -> int:
-    """Return the bytes of ``spec``'s weights llama.cpp would repack on ``host``'s CPU (into
-    CPU_REPACK) if they all sat there; with mmap the mapped file keeps a second copy."""
-    types = _repack_types(host)
-    return sum(t.n_bytes for t in spec.tensors if _is_repacked(t, types))
+    """Return the bytes of ``spec``'s weights llama.cpp would convert on ``host``'s CPU (into
+    AMX or CPU_REPACK) if they all sat there; with mmap the mapped file keeps a second copy."""
+    total = 0
+    for t in spec.tensors:
+        buffer = host_extra_buffer(t, host)
+        if buffer == "AMX":
+            total += amx_bytes(t.ggml_type, t.n_bytes)
+        elif buffer is not None:
+            total += t.n_bytes
+    return total
+
+
+_MUL_MAT_ROLES: Final = ("attention", "ffn", "shared_expert", "output", "ssm")
 
 
 def _is_repacked(t: TensorSpec, types: frozenset[GGMLQuantizationType]) -> bool:
     if not types or t.ggml_type not in types or len(t.shape) < 2 or t.shape[1] % 8:
         return False
     # only weights consumed by MUL_MAT (2-D) or MUL_MAT_ID (3-D experts) are repacked
-    if t.role in ("attention", "ffn", "shared_expert", "output", "ssm"):
+    if t.role in _MUL_MAT_ROLES:
         return len(t.shape) == 2 or (len(t.shape) == 3 and t.shape[2] == 1)
     if t.role == "expert":
         return len(t.shape) == 3
     return False
+
+
+def _mapped_ends_outside(
+    spec: ModelSpec, hardware: Hardware, placement: Placement, settings: Settings
+) -> int:
+    """Return the bytes of converted host weights outside the mapped CPU buffer's span.
+
+    With mmap the CPU model buffer is the file range from the first to the last tensor the
+    CPU context holds (``llama_model_loader::get_mapping_range``); a weight that went into
+    AMX or CPU_REPACK before the first or after the last plain one is outside it (measured:
+    SmolLM2 Q8_0 on an AMX CPU, CPU_Mapped 135.50 MiB, one ``ffn_down`` less than the file).
+    """
+    overridden = _overridden_devices(spec, settings.tensor_overrides, hardware)
+    outside = 0
+    for order in (spec.tensors, tuple(reversed(spec.tensors))):
+        for t in order:
+            dev = overridden.get(t.name, tensor_device(t, placement, settings.n_cpu_moe))
+            if dev >= 0:
+                continue
+            if host_extra_buffer(t, hardware.host) is None:
+                break
+            outside += t.n_bytes
+    return outside
 
 
 def _overridden_devices(
@@ -1161,6 +1326,9 @@ def estimate(
     notes: list[str] = list(spec.notes)
     ctx = resolve_context(spec, settings)
     check_cache_types(spec, settings)
+    refusal = amx_refusal(spec, settings, hardware)
+    if refusal is not None:
+        raise SettingsError(refusal)
     placement = place_layers(spec, settings, hardware)
     gpus = hardware.gpus
     n_dev = len(gpus)
@@ -1171,7 +1339,10 @@ def estimate(
 
     weights = [0] * (n_dev + 1)
     other = [0] * (n_dev + 1)
-    repack = _repack_types(hardware.host)
+    repack = _repack_types(hardware.host) if settings.repack else frozenset()
+    amx = settings.repack and has_amx(hardware.host)
+    converted = 0  # bytes (as in the file) of host weights in AMX or CPU_REPACK
+    amx_packed = False  # quantized weights packed for the AMX kernels
     overridden = _overridden_devices(spec, settings.tensor_overrides, hardware)
     units: tuple[TensorSpec, ...] | tuple[_TensorGroup, ...] = (
         spec.tensors if overridden else _tensor_groups(spec)
@@ -1183,13 +1354,32 @@ def estimate(
         repack_shape = (
             g.repack_shape if isinstance(g, _TensorGroup) else _is_repacked(g, _ALL_REPACK_TYPES)
         )
-        if dev < 0 and repack_shape and g.ggml_type in repack:
+        amx_shape = g.amx_shape if isinstance(g, _TensorGroup) else _is_amx(g)
+        if dev < 0 and amx and amx_shape:
+            # the AMX buffer holds a packed copy (mmap keeps the original, as for CPU_REPACK)
+            other[host_index] += amx_bytes(g.ggml_type, g.n_bytes)
+            converted += g.n_bytes
+            amx_packed = amx_packed or g.ggml_type in _AMX_PACKED
+            if not settings.use_mmap:
+                continue
+        elif dev < 0 and repack_shape and g.ggml_type in repack:
             # CPU_REPACK holds an interleaved copy; with mmap the mapped file still covers
             # the original, without mmap the tensor lives in the repack buffer alone
             other[host_index] += g.n_bytes
+            converted += g.n_bytes
             if not settings.use_mmap:
                 continue
-        weights[index(dev)] += g.n_bytes
+        if dev < 0:
+            weights[host_index] += (
+                g.host_bytes if isinstance(g, _TensorGroup) else _cpu_padded(g.n_bytes)
+            )
+        else:
+            weights[dev] += g.n_bytes
+    if settings.use_mmap and converted:
+        # the mapped originals of converted weights, minus those outside the mapped span
+        outside = _mapped_ends_outside(spec, hardware, placement, settings)
+        converted -= outside
+        weights[host_index] -= outside
     if spec.tied_embeddings:
         embd = next(t for t in spec.tensors if t.name == "token_embd.weight")
         out_dev = placement.output_device
@@ -1208,7 +1398,9 @@ def estimate(
                 None,
                 "output",
             )
-            if _is_repacked(tied, repack):
+            if amx and _is_amx(tied):
+                other[host_index] += amx_bytes(embd.ggml_type, embd.n_bytes)
+            elif _is_repacked(tied, repack):
                 other[host_index] += embd.n_bytes
 
     kv = [0] * (n_dev + 1)
@@ -1257,11 +1449,18 @@ def estimate(
                 n_layers=n_layers,
             )
         )
-    twice = other[host_index] if settings.use_mmap else 0
+    if amx_packed:
+        notes.append(
+            "this CPU has AMX: llama.cpp packs weights into its AMX buffer, and the pinned "
+            "build's AMX kernels crash (segfault at the first prompt) on some AMX CPUs "
+            "(llama.cpp issue #20824); if the runner crashes, run it with --no-repack"
+        )
+    twice = converted if settings.use_mmap else 0
     if twice >= REPACK_NOTE_BYTES:
         size = f"{twice / 2**30:.1f} GiB" if twice >= 2**30 else f"{twice / 2**20:.0f} MiB"
         notes.append(
-            f"{size} of weights are repacked for this CPU (llama.cpp's CPU_REPACK buffer) "
+            f"{size} of weights are repacked for this CPU (llama.cpp's "
+            f"{'AMX and CPU_REPACK buffers' if amx else 'CPU_REPACK buffer'}) "
             "while the memory-mapped file keeps the originals, so with mmap they count "
             f"twice; turning mmap off (llama-server --load-mode none, Ollama use_mmap "
             f"false) saves {size} of RAM (llama.cpp issue #16761)"

@@ -304,6 +304,9 @@ class KernelNeeds:
     shapes: frozenset[tuple[str, int]]
     attention: frozenset[tuple[str, int]]
     repack: frozenset[str]
+    extra_buffers: bool = True
+    """Whether the weights go into llama.cpp's extra CPU buffers (AMX, CPU_REPACK) where
+    they can (``Settings.repack``); False times every type in the plain CPU buffer."""
 
     @property
     def types(self) -> frozenset[str]:
@@ -315,11 +318,16 @@ class KernelNeeds:
         if rates is None:
             return self
         have = rates.shapes()
+        if not self.extra_buffers:  # only timings in the plain CPU buffer will do
+            have = frozenset(
+                (t.type_name.upper(), t.n_cols) for t in rates.timings if not t.repacked
+            )
         timed = {(a.kv_type.upper(), a.head_dim) for a in rates.attention}
         return KernelNeeds(
             frozenset(s for s in self.shapes if (s[0].upper(), s[1]) not in have),
             frozenset(a for a in self.attention if a not in timed),
             self.repack,
+            self.extra_buffers,
         )
 
     def __bool__(self) -> bool:
@@ -350,7 +358,12 @@ def kernel_needs(spec: ModelSpec, settings: Settings, hardware: Hardware) -> Ker
                 attention.add((kv, head))
     if attention and not ctx.flash_attn:  # K and V are then multiplied as matrices
         shapes.update((kv, head) for _kv, head in attention)
-    return KernelNeeds(frozenset(shapes), frozenset(attention), repack_type_names(hardware.host))
+    return KernelNeeds(
+        frozenset(shapes),
+        frozenset(attention),
+        repack_type_names(hardware.host) if settings.repack else frozenset(),
+        settings.repack,
+    )
 
 
 def graph_nodes(spec: ModelSpec, layers: Sequence[int], *, flash_attn: bool) -> int:

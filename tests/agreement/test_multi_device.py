@@ -31,7 +31,7 @@ from app.hardware.probe import local_cpu_flags
 from app.measured.engine_report import EngineReport
 from app.model.gguf_reader import read_model
 from app.model.spec import model_spec
-from app.predict.estimate import estimate
+from app.predict.estimate import EXTRA_WEIGHT_BUFFERS, estimate
 from app.settings import Settings
 from runner.dry_run import dry_run_many
 from tests.agreement.test_agreement import _model_path, llama_mib
@@ -166,7 +166,7 @@ def device_buffers(report: EngineReport) -> dict[tuple[str, str], int]:
         for b in buffers:
             kind = group
             name = device(b.buffer)
-            if kind == "weights" and b.buffer == "CPU_REPACK":
+            if kind == "weights" and b.buffer in EXTRA_WEIGHT_BUFFERS:
                 kind, name = "repack", "CPU"  # the estimate's other_bytes on the host
             key = (kind, name)
             out[key] = out.get(key, 0) + b.bytes

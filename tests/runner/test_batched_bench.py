@@ -36,6 +36,7 @@ from app.settings import Settings
 from bench.bench_batched import LONG, N_PROMPT, batched_bench_step, load_test_step_cpu
 from runner.llama_tools import LlamaTools
 from runner.load_test import load_test
+from tests.engine_host import ENGINE_REPACK
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -52,7 +53,9 @@ def _trial(model: Path, settings: Settings, tool: Path, n_users: int, seen: list
     plan = UsersPlan(n_users=(n_users,), n_prompt=N_PROMPT, n_gen=LONG)
     (r,) = load_test(model, settings, plan, n_threads=1).rounds
     ours = 1.0 / load_test_step_cpu(r.steps, n_users)
-    step_cpu_s, _wall = batched_bench_step(tool, model, n_users, n_ctx=N_CTX, threads=1)
+    step_cpu_s, _wall = batched_bench_step(
+        tool, model, n_users, n_ctx=N_CTX, threads=1, repack=settings.repack
+    )
     theirs = 1.0 / step_cpu_s
     seen.append(f"{ours:.1f} vs {theirs:.1f}")
     return ours / theirs
@@ -74,6 +77,7 @@ def test_per_user_speed_agrees_with_llama_batched_bench(
         n_batch=2048,
         n_ubatch=512,
         flash_attn="auto",
+        repack=ENGINE_REPACK,
     )
     for n_users in USERS:
         # Each trial measures the two side by side, so both see the same load on the

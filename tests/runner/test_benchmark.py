@@ -42,12 +42,13 @@ from app.predict.estimate import estimate
 from app.settings import Settings
 from app.units import MIB
 from runner.benchmark import Benchmark, benchmark
+from tests.engine_host import ENGINE_REPACK
 from tests.llama_tools import RpcServers
 
 pytestmark = pytest.mark.engine
 
 TINY = BenchPlan("custom", n_prompt=32, n_gen=8, depth=64, n_chat_prompt=16, repetitions=2)
-SETTINGS = Settings(n_ctx=512, flash_attn="auto", swa_full=False)
+SETTINGS = Settings(n_ctx=512, flash_attn="auto", swa_full=False, repack=ENGINE_REPACK)
 LONG = BenchPlan("custom", n_prompt=32, n_gen=500, depth=0, n_chat_prompt=16, repetitions=1)
 """A decode test long enough (seconds) to be interrupted in the middle."""
 
@@ -250,7 +251,9 @@ def test_cancel_ends_the_child_within_a_second(smollm_path: Path) -> None:
 
 def test_a_benchmark_runs_over_rpc_devices(rpc_servers: RpcServers, smollm_path: Path) -> None:
     plan = BenchPlan("quick", n_prompt=64, n_gen=4, depth=0, n_chat_prompt=16, repetitions=1)
-    settings = Settings(n_ctx=512, n_gpu_layers=-1, flash_attn="on", tensor_split=(1, 1))
+    settings = Settings(
+        n_ctx=512, n_gpu_layers=-1, flash_attn="on", tensor_split=(1, 1), repack=ENGINE_REPACK
+    )
     with rpc_servers(2) as servers:
         result = benchmark(smollm_path, settings, plan, rpc_servers=[s.endpoint for s in servers])
     assert result.offloaded_layers == (31, 31)

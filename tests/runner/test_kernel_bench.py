@@ -15,6 +15,7 @@ from app.hardware.host import probe_host
 from app.hardware.kernels import cached_rates
 from app.predict.speed import KernelNeeds
 from runner.kernel_bench import ensure_rates, kernel_bench, write_probe_model
+from tests.engine_host import ENGINE_REPACK
 
 pytestmark = pytest.mark.engine
 
@@ -29,10 +30,13 @@ def test_products_attention_and_nodes_are_timed() -> None:
         attention_tokens=(1, 8),
         rounds=2,
         clock="cpu",
+        extra_buffers=ENGINE_REPACK,  # no AMX buffer where its products crash (engine_host)
     )
     assert rates.shapes() == {("Q8_0", 640), ("Q4_0", 2048)}
     by = {(t.type_name, t.n_cols, t.n_tokens): t for t in rates.timings}
-    assert by["Q4_0", 2048, 1].repacked  # in CPU_REPACK, as a loaded model's would be
+    # in CPU_REPACK, as a loaded model's would be (no extra buffer with repacking off)
+    assert by["Q4_0", 2048, 1].repacked == ENGINE_REPACK
+    assert by["Q4_0", 2048, 1].buffer == ("CPU_REPACK" if ENGINE_REPACK else "CPU")
     assert not by["Q8_0", 640, 1].repacked
     for t in rates.timings:
         assert t.ns_per_weight > 0
@@ -63,13 +67,17 @@ def test_ensure_rates_times_what_is_missing_once_and_caches_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    needs = KernelNeeds(frozenset({("Q8_0", 576)}), frozenset({("F16", 64)}), frozenset())
+    needs = KernelNeeds(
+        frozenset({("Q8_0", 576)}), frozenset({("F16", 64)}), frozenset(), ENGINE_REPACK
+    )
     first = ensure_rates(needs, n_threads=1)
     assert first.shapes() == {("Q8_0", 576)}
     key = machine_key(probe_host())
     assert cached_rates(key, 1) == first
     assert ensure_rates(needs, n_threads=1) == first  # all there: no child at all
-    more = KernelNeeds(frozenset({("Q8_0", 576), ("F16", 576)}), needs.attention, frozenset())
+    more = KernelNeeds(
+        frozenset({("Q8_0", 576), ("F16", 576)}), needs.attention, frozenset(), ENGINE_REPACK
+    )
     merged = ensure_rates(more, n_threads=1)
     assert merged.shapes() == {("Q8_0", 576), ("F16", 576)}
     assert cached_rates(key, 1) == merged
@@ -82,6 +90,7 @@ def test_a_kernel_timing_can_be_cancelled(tmp_path: Path, monkeypatch: pytest.Mo
         frozenset((t, c) for t in ("F32", "F16", "Q8_0") for c in (576, 1024, 2048)),
         frozenset(),
         frozenset(),
+        ENGINE_REPACK,
     )
 
     def cancel_soon() -> None:

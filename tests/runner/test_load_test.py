@@ -19,10 +19,13 @@ from app.measured.bench_result import BenchProgress, BenchStep, Loaded
 from app.measured.users_result import Arrivals, Slo, UsersPlan, UsersResult
 from app.settings import Settings
 from runner.load_test import LoadTest, load_test
+from tests.engine_host import ENGINE_REPACK
 
 pytestmark = pytest.mark.engine
 
-SETTINGS = Settings(n_ctx=2048, n_parallel=4, flash_attn="auto", swa_full=False)
+SETTINGS = Settings(
+    n_ctx=2048, n_parallel=4, flash_attn="auto", swa_full=False, repack=ENGINE_REPACK
+)
 BURST = UsersPlan(n_users=(1, 4), n_prompt=24, n_gen=6)
 
 _RUNS: dict[str, tuple[UsersResult, list[BenchProgress]]] = {}
@@ -134,13 +137,13 @@ def test_poisson_arrivals_are_seeded() -> None:
 
 def test_too_few_slots_are_refused_before_the_engine_starts(smollm_path: Path) -> None:
     with pytest.raises(EngineUnsupportedError, match="4 users need 4 parallel slots"):
-        LoadTest(smollm_path, Settings(n_ctx=2048, n_parallel=2), BURST)
+        LoadTest(smollm_path, Settings(n_ctx=2048, n_parallel=2, repack=ENGINE_REPACK), BURST)
 
 
 def test_a_context_too_small_for_the_users_is_a_clear_error(smollm_path: Path) -> None:
     plan = UsersPlan(n_users=(4,), n_prompt=200, n_gen=100)
     with pytest.raises(EngineUnsupportedError, match="each user needs 300 cells"):
-        load_test(smollm_path, Settings(n_ctx=1024, n_parallel=4), plan)
+        load_test(smollm_path, Settings(n_ctx=1024, n_parallel=4, repack=ENGINE_REPACK), plan)
 
 
 def test_cancel_stops_the_child_mid_round(smollm_path: Path) -> None:

@@ -43,6 +43,7 @@ from app.predict.estimate import place_layers
 from app.predict.rpc_traffic import step_traffic
 from app.settings import ALL_LAYERS, Settings
 from runner.llama_tools import LlamaTools
+from tests.engine_host import ENGINE_REPACK
 from tests.llama_tools import free_port, running_rpc_commands, running_rpc_servers
 from tests.rpc_wire import decode_steps, tapped
 
@@ -227,6 +228,7 @@ def test_step_traffic_is_the_bytes_on_the_wire(
             kv_unified=False,
             swa_full=False,
             tensor_split=(2.0, 1.0),
+            repack=ENGINE_REPACK,
         )
         server = server_argv_for(str(path), settings, hosts)
         _run(_bench_argv(llama_tools, server, n_prompt=n_prompt, n_gen=n_gen, n_seq=case.n_seq))

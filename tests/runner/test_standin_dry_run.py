@@ -29,6 +29,8 @@ from app.settings import Settings
 from runner.dry_run import dry_run_many
 from runner.engine_check import engine_check
 from runner.quantize import quantize
+from tests.engine_host import HOST as ENGINE_HOST
+from tests.engine_host import without_amx_abort
 from tests.fake_hub import FakeHub
 from tests.zoo import ZOO, write_model
 
@@ -75,7 +77,12 @@ def test_standin_dry_run_equals_the_real_files(
     name: str, smollm_path: Path, gemma_path: Path, zoo_dir: Path, tmp_path: Path
 ) -> None:
     path = _path(name, smollm_path, gemma_path, zoo_dir)
-    settings = [s for s in SETTINGS if not (name == "t5" and s.n_parallel > 1)]
+    spec = model_spec(read_model(path))
+    settings = [
+        without_amx_abort(spec, s, Hardware(host=ENGINE_HOST))
+        for s in SETTINGS
+        if not (name == "t5" and s.n_parallel > 1)
+    ]
     prefix, size = file_prefix(path)
     stand_in = write_standin(prefix, size, key=str(path), folder=tmp_path)
     assert stand_in.disk_bytes < len(prefix) + MIB < size or size < 8 * MIB
@@ -88,7 +95,9 @@ def test_standin_dry_run_equals_the_real_files(
 @pytest.mark.parametrize("key", catalog_keys())
 def test_catalog_standin_dry_run_equals_the_estimate(key: str, tmp_path: Path) -> None:
     spec = model_spec(catalog_header(key))
-    settings = Settings(n_ctx=4096, flash_attn="on", swa_full=False)
+    settings = without_amx_abort(
+        spec, Settings(n_ctx=4096, flash_attn="on", swa_full=False), Hardware(host=ENGINE_HOST)
+    )
     result = engine_check(spec, [settings], timeout_s=300)
     assert result.target.stand_in is not None
     report = result.reports[0]

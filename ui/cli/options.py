@@ -15,6 +15,7 @@ from app.model.projector import Projector, read_projector
 from app.model.spec import ModelSpec
 from app.planning.llama_fit import DEFAULT_FIT_CTX
 from app.planning.runner_plan import RunnerOptions, RunnerPlan, plan_runner
+from app.predict.estimate import repack_is_safe
 from app.settings import CACHE_TYPES, RUNNERS, RunnerName, Settings, runner_defaults
 from app.units import GIB
 
@@ -211,6 +212,21 @@ def add_settings_flags(p: argparse.ArgumentParser) -> None:
         help="load weights into memory instead of mapping the file",
     )
     g.add_argument(
+        "-nr",
+        "--no-repack",
+        action="store_const",
+        const=False,
+        dest="repack",
+        help="no AMX/CPU_REPACK copy of the weights (llama-server --no-repack)",
+    )
+    g.add_argument(
+        "--repack",
+        action="store_const",
+        const=True,
+        dest="repack",
+        help="let llama.cpp repack weights for this CPU (the default but on AMX CPUs)",
+    )
+    g.add_argument(
         "-nkvo",
         "--no-kv-offload",
         action="store_const",
@@ -328,6 +344,7 @@ _SETTING_FIELDS = (
     "tensor_split",
     "use_mmap",
     "offload_kqv",
+    "repack",
 )
 
 
@@ -359,6 +376,8 @@ def settings_from_args(args: argparse.Namespace, hardware: Hardware) -> Settings
     if "n_parallel" in given and "kv_unified" not in given and runner == "llama-server":
         # setting -np turns llama-server's unified cache off (PR #16736)
         given["kv_unified"] = False
+    if runner == "llama-server" and "repack" not in given and not repack_is_safe(hardware.host):
+        given["repack"] = False  # as the runner's plan (app/planning/runner_plan.py)
     return base.replace(**given)
 
 

@@ -133,6 +133,8 @@ def settings_summary(c: Candidate) -> str:
         parts.append(f"experts of {s.n_cpu_moe} layers on the CPU")
     if not s.use_mmap:
         parts.append("mmap off")
+    if not s.repack:
+        parts.append("no repacking")
     speed = c.speed
     parts.append(f"~{format_tps(speed.per_user_tok_per_s)} tok/s per user")
     used = sum(d.total_bytes for d in c.estimate.devices)

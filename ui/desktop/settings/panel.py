@@ -309,6 +309,15 @@ class SettingsPanel(QWidget):
         )
         self.mmap.toggled.connect(lambda on: self._controller.update(use_mmap=on))
         form.addRow("", self.mmap)
+        self.repack = QCheckBox("Repack weights for this CPU (AMX, CPU_REPACK)")
+        self.repack.setToolTip(
+            "llama.cpp keeps a converted copy of the weights for faster CPU kernels. Off "
+            "(llama-server --no-repack): the weights stay as in the file. Off by default "
+            "on a CPU with AMX, where the pinned llama.cpp's AMX kernels crash on some "
+            "machines (llama.cpp issue #20824)"
+        )
+        self.repack.toggled.connect(lambda on: self._controller.update(repack=on))
+        form.addRow("", self.repack)
         return box
 
     def _build_hardware(self) -> QGroupBox:
@@ -523,6 +532,7 @@ class SettingsPanel(QWidget):
             self.batch,
             self.ubatch,
             self.mmap,
+            self.repack,
         )
         with signals_blocked(*blocked):
             self.cache_k.setCurrentIndex(self.cache_k.findData(settings.cache_type_k))
@@ -538,6 +548,7 @@ class SettingsPanel(QWidget):
             self.batch.setValue(settings.n_batch)
             self.ubatch.setValue(settings.n_ubatch)
             self.mmap.setChecked(settings.use_mmap)
+            self.repack.setChecked(settings.repack)
         self._show_gpu_layers(settings)
 
     def _show_gpu_layers(self, settings: Settings) -> None:

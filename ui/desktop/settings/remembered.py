@@ -43,6 +43,7 @@ REMEMBERED_FIELDS: Final = (
     "n_ubatch",
     "n_cpu_moe",
     "use_mmap",
+    "repack",
 )
 """The sliders' settings kept per model (when the user set them)."""
 REMEMBERED_OPTIONS: Final = ("cache_ram_mib", "ctx_checkpoints")

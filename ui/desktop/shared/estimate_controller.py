@@ -38,7 +38,7 @@ from app.model.quant import QuantResult, simulate_all, simulate_quant
 from app.model.spec import ModelSpec
 from app.planning.options import own_quant_name
 from app.planning.runner_plan import RunnerOptions, RunnerPlan, plan_runner
-from app.predict.estimate import MemoryEstimate
+from app.predict.estimate import MemoryEstimate, repack_is_safe
 from app.predict.verdict import Verdict, verdict
 from app.settings import ALL_LAYERS, RUNNERS, RunnerName, Settings, runner_defaults
 from app.sources.projectors import find_projector
@@ -184,6 +184,8 @@ class EstimateController(QObject):
         self._runner: RunnerName = "llama-server"
         self._hardware = hardware
         self._settings = runner_defaults(self._runner, gpu_total_bytes=0)
+        if not repack_is_safe(hardware.hardware.host):
+            self._settings = self._settings.replace(repack=False)  # see reset_to_runner_defaults
         self._model: LoadedModel | None = None
         self._quant: str | None = None
         self._simulated: dict[tuple[str, str], ModelSpec] = {}
@@ -353,7 +355,10 @@ class EstimateController(QObject):
         runner decides every setting again (nothing pinned)."""
         gpu_total = gpu_total_bytes(self._hardware.hardware)
         self._pinned = frozenset()
-        self._apply(runner_defaults(self._runner, gpu_total_bytes=gpu_total))
+        base = runner_defaults(self._runner, gpu_total_bytes=gpu_total)
+        if self._runner == "llama-server" and not repack_is_safe(self._hardware.hardware.host):
+            base = base.replace(repack=False)  # as the runner's plan does on an AMX CPU
+        self._apply(base)
 
     def update(self, **changes: object) -> None:
         """Change some settings (field names of :class:`~app.settings.Settings`); they
