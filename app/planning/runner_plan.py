@@ -186,6 +186,8 @@ def plan_runner(
         requested = base.replace(**given)
         if "repack" not in given and not repack_is_safe(hardware.host):
             requested = requested.replace(repack=False)
+    else:
+        requested = base.replace(**given)
     notes: list[str] = []
     if not requested.repack and "repack" not in given:
         notes.append(
@@ -193,8 +195,6 @@ def plan_runner(
             "some machines (llama.cpp issue #20824), so the weights stay as in the file; "
             "turn repacking on (--repack) to try them"
         )
-    else:
-        requested = base.replace(**given)
     fit: FitResult | None = None
     margins = options.fit_target_mib or (DEFAULT_FIT_TARGET_MIB,)
     settings = requested

@@ -309,7 +309,7 @@ class SettingsPanel(QWidget):
         )
         self.mmap.toggled.connect(lambda on: self._controller.update(use_mmap=on))
         form.addRow("", self.mmap)
-        self.repack = QCheckBox("Repack weights for this CPU (AMX, CPU_REPACK)")
+        self.repack = QCheckBox("Repack weights for this CPU")
         self.repack.setToolTip(
             "llama.cpp keeps a converted copy of the weights for faster CPU kernels. Off "
             "(llama-server --no-repack): the weights stay as in the file. Off by default "

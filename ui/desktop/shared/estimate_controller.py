@@ -339,8 +339,14 @@ class EstimateController(QObject):
         self._recompute()
 
     def set_hardware(self, choice: HardwareChoice) -> None:
-        """Estimate for other hardware (settings unchanged)."""
+        """Estimate for other hardware (settings unchanged, but repacking where the user
+        left it to ggtune: off on a CPU with AMX, see :func:`repack_is_safe`)."""
         self._hardware = choice
+        if "repack" not in self._pinned and self._runner == "llama-server":
+            safe = repack_is_safe(choice.hardware.host)
+            if self._settings.repack != safe:
+                self._apply(self._settings.replace(repack=safe))
+                return
         self._recompute()
 
     def set_runner(self, runner: RunnerName) -> None:

@@ -18,7 +18,7 @@ from PySide6.QtCore import (
     Slot,
 )
 
-from app.errors import EngineCancelledError, EngineError, GGTuneError
+from app.errors import EngineCancelledError, EngineCrashedError, EngineError, GGTuneError
 from app.hardware.devices import Hardware
 from app.measured.bench_result import (
     BenchPlan,
@@ -31,7 +31,7 @@ from app.measured.engine_report import EngineReport
 from app.measured.results_db import ResultsDB, StoredRun, StoredUsersRun, quick_file_hash
 from app.measured.users_result import Slo, UsersPlan, settings_for_users
 from app.model.catalog import is_catalog
-from app.predict.estimate import MemoryEstimate, estimate
+from app.predict.estimate import MemoryEstimate, estimate, repack_is_safe
 from app.predict.speed import SpeedFactors
 from app.settings import Settings
 from runner.worker import Event, StepEvent
@@ -93,6 +93,7 @@ class VerifyController(QObject):
         self._context: tuple[LoadedModel, MemoryEstimate] | None = None
         self._cancelling = False
         self._next_kind: RunKind = "dry_run"
+        self._amx_risk = False  # the run has packed weights on a CPU with AMX
         self._kind: RunKind | None = None
         self._db = results_db
         self.bench_plan: BenchPlan = bench_plan or BenchPlan.quick()
@@ -141,6 +142,7 @@ class VerifyController(QObject):
         runs here.
         """
         kind, self._next_kind = self._next_kind, "dry_run"
+        self._amx_risk = settings.repack and not repack_is_safe(hardware.host)
         if kind == "benchmark":
             self.start_benchmark(model, settings, hardware)
             return
@@ -334,4 +336,10 @@ class VerifyController(QObject):
             self.cancelled.emit()
             return
         tail = error.log_tail if isinstance(error, EngineError) else ()
-        self.failed.emit(EngineFailure(describe_error(error), tuple(tail), kind))
+        cause = describe_error(error)
+        if isinstance(error, EngineCrashedError) and self._amx_risk:
+            cause += (
+                " — this CPU has AMX, whose llama.cpp kernels crash on some machines "
+                "(llama.cpp issue #20824): turn off “Repack weights for this CPU”"
+            )
+        self.failed.emit(EngineFailure(cause, tuple(tail), kind))
