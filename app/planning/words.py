@@ -163,7 +163,7 @@ def mmap_saving(c: Candidate) -> int:
     the CPU while the mapped file keeps the originals (0 when none, or mmap is off)."""
     if not c.settings.use_mmap:
         return 0
-    return sum(d.other_bytes for d in c.estimate.devices if d.kind == "host")
+    return c.estimate.mapped_twice_bytes
 
 
 def _mmap_words(c: Candidate) -> str:
@@ -173,8 +173,9 @@ def _mmap_words(c: Candidate) -> str:
     if c.settings.use_mmap:
         return (
             f" Tip: turn mmap off (llama-server --load-mode none, Ollama use_mmap false) to "
-            f"save {format_bytes(repacked)} of RAM: llama.cpp repacks {c.quant.name}'s weights for "
-            "this CPU and the mapped file would keep the originals too."
+            f"save {format_bytes(mmap_saving(c))} of RAM: llama.cpp repacks "
+            f"{c.quant.name}'s weights for this CPU and the mapped file would keep the "
+            "originals too."
         )
     return (
         f" mmap is off (llama-server --load-mode none, Ollama use_mmap false): llama.cpp "

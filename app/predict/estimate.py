@@ -236,6 +236,9 @@ class MemoryEstimate:
     engine_checked: tuple[str, ...] = ()
     """Figures taken from llama.cpp's own dry run (``"kv"``, ``"recurrent"``, ``"compute"``,
     ``"output"``) in place of the analytic ones (app/measured/engine_checked.py)."""
+    mapped_twice_bytes: int = 0
+    """With mmap: the converted weights (AMX, CPU_REPACK) whose originals the mapped file
+    also keeps in RAM, i.e. what turning mmap off saves (0 without mmap)."""
 
     @property
     def kv_exact(self) -> bool:
@@ -1483,4 +1486,5 @@ def estimate(
         and spec.arch not in KNOWN_COMPUTE_ERRORS,
         compute_error=KNOWN_COMPUTE_ERRORS.get(spec.arch, "") if compute else "",
         notes=tuple(notes),
+        mapped_twice_bytes=twice,
     )

@@ -15,8 +15,7 @@ import pytest
 from app.export.llama_server import llama_server_argv
 from app.export.ollama import export_ollama
 from app.hardware.devices import Hardware
-from app.model.gguf_reader import read_model
-from app.model.spec import ModelSpec, model_spec
+from app.model.spec import ModelSpec
 from app.planning.runner_plan import plan_runner
 from app.predict.estimate import estimate, repack_is_safe
 from app.predict.speed import kernel_needs
@@ -26,16 +25,6 @@ AMX = Hardware.cpu_only(
     16 * 2**30, cpu_flags=("avx", "avx2", "avx512f", "avx512bw", "avx512_vnni", "amx_int8")
 )
 AVX512 = Hardware.cpu_only(16 * 2**30, cpu_flags=("avx", "avx2", "avx512f", "avx512bw"))
-
-
-@pytest.fixture(scope="module")
-def smollm(smollm_path: Path) -> ModelSpec:
-    return model_spec(read_model(smollm_path))
-
-
-@pytest.fixture(scope="module")
-def gemma(gemma_path: Path) -> ModelSpec:
-    return model_spec(read_model(gemma_path))
 
 
 def test_repacking_is_off_by_default_only_on_an_amx_cpu(smollm: ModelSpec) -> None:

@@ -8,13 +8,10 @@ every run. Rules that only a GPU machine shows (placement) are checked against t
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from app.errors import SettingsError
 from app.hardware.devices import Hardware
-from app.model.gguf_reader import read_model
 from app.model.spec import ModelSpec, model_spec
 from app.predict.estimate import estimate, resolve_context
 from app.settings import Settings, runner_defaults
@@ -26,16 +23,6 @@ AVX2 = Hardware.cpu_only(cpu_flags=("avx2",))
 def mib(n: int) -> str:
     """Format bytes the way llama.cpp logs them (%.2f MiB)."""
     return f"{n / MIB:.2f}"
-
-
-@pytest.fixture(scope="module")
-def smollm(smollm_path: Path) -> ModelSpec:
-    return model_spec(read_model(smollm_path))
-
-
-@pytest.fixture(scope="module")
-def gemma(gemma_path: Path) -> ModelSpec:
-    return model_spec(read_model(gemma_path))
 
 
 def test_spec_of_the_real_models(smollm: ModelSpec, gemma: ModelSpec) -> None:

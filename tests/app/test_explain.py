@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from app.hardware.devices import Hardware
-from app.model.gguf_reader import read_model
 from app.model.spec import ModelSpec, model_spec
 from app.planning.explain import (
     ExplainFacts,
@@ -27,16 +26,6 @@ from tests.llama_tools import RpcServers
 
 GIB = 1024**3
 HW = Hardware.cpu_only(32 * GIB, cpu_flags=("avx", "avx2", "f16c", "fma"))
-
-
-@pytest.fixture(scope="module")
-def gemma(gemma_path: Path) -> ModelSpec:
-    return model_spec(read_model(str(gemma_path)))
-
-
-@pytest.fixture(scope="module")
-def smollm(smollm_path: Path) -> ModelSpec:
-    return model_spec(read_model(str(smollm_path)))
 
 
 def _settings(spec: ModelSpec, n_ctx: int = 32768) -> Settings:

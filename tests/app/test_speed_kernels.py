@@ -32,8 +32,7 @@ from app.measured.users_result import (
     settings_for_users,
     summarize,
 )
-from app.model.gguf_reader import read_model
-from app.model.spec import ModelSpec, model_spec
+from app.model.spec import ModelSpec
 from app.predict.speed import (
     NODES_OUTSIDE_LAYERS,
     SpeedFactors,
@@ -96,16 +95,6 @@ def runs_made_with(
 def hardware(r: KernelRates | None = None) -> Hardware:
     host = Device("CPU", "host", 24 << 30, 20 << 30, 20.0, cpu_flags=("avx2",), kernels=r)
     return Hardware(host=host)
-
-
-@pytest.fixture(scope="module")
-def smollm(smollm_path: Path) -> ModelSpec:
-    return model_spec(read_model(smollm_path))
-
-
-@pytest.fixture(scope="module")
-def gemma(gemma_path: Path) -> ModelSpec:
-    return model_spec(read_model(gemma_path))
 
 
 # --- the rates ------------------------------------------------------------------------
