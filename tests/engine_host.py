@@ -10,6 +10,7 @@ loading and reserving work, so the AMX buffer is checked against the engine.
 
 from __future__ import annotations
 
+import os
 from typing import Final
 
 from app.hardware.devices import Device, Hardware
@@ -29,3 +30,9 @@ def without_amx_abort(spec: ModelSpec, settings: Settings, hardware: Hardware) -
     if amx_refusal(spec, settings, hardware) is not None:
         return settings.replace(repack=False)
     return settings
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a test's own llama.cpp child script: ``GGTUNE_TEST_REPACK`` 0
+    where it must load without the extra buffers (``use_extra_bufts = false``)."""
+    return {**os.environ, "GGTUNE_TEST_REPACK": "1" if ENGINE_REPACK else "0"}

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from gguf import Keys
 
+from tests.engine_host import child_env
 from tests.zoo import dense, write_model
 
 pytestmark = [
@@ -29,9 +30,16 @@ N_UBATCH = 512  # Llama() default
 MIB = 1024 * 1024
 
 CHILD = """
-import json, sys
+import json, os, sys
 import numpy as np, llama_cpp
 path, n_ctx, kwargs = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+if os.environ.get("GGTUNE_TEST_REPACK", "1") != "1":  # Llama() has no use_extra_bufts keyword
+    defaults = llama_cpp.llama_cpp.llama_model_default_params
+    def no_repack():
+        p = defaults()
+        p.use_extra_bufts = False
+        return p
+    llama_cpp.llama_cpp.llama_model_default_params = no_repack
 llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_threads=2, verbose=True, **kwargs)
 tokens = llm.tokenize(b"the model cache window", add_bos=True)
 llm.eval(tokens)
@@ -112,6 +120,7 @@ def test_llama_cpp_loads_and_decodes(name: str, config: str, zoo_dir: Path) -> N
         text=True,
         timeout=120,
         check=False,
+        env=child_env(),
     )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]

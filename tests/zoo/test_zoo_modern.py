@@ -20,6 +20,7 @@ from pathlib import Path
 import gguf
 import pytest
 
+from tests.engine_host import child_env
 from tests.zoo import modern
 
 N_CTX = 4096
@@ -27,12 +28,14 @@ MIB = 1024 * 1024
 F16, F32 = 2, 4
 
 CHILD = r"""
-import math, sys
+import os, math, sys
 import llama_cpp as L
 
 path, n_ctx, n_seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 L.llama_backend_init()
-model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
+params = L.llama_model_default_params()
+params.use_extra_bufts = os.environ.get("GGTUNE_TEST_REPACK", "1") == "1"  # tests/engine_host.py
+model = L.llama_model_load_from_file(path.encode(), params)
 assert model, "model load failed"
 cp = L.llama_context_default_params()
 cp.n_ctx, cp.n_seq_max, cp.n_batch, cp.n_ubatch = n_ctx, n_seq, 512, 512
@@ -139,6 +142,7 @@ def run_child(path: Path, n_seq: int) -> str:
         text=True,
         timeout=120,
         check=False,
+        env=child_env(),
     )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0 or T5_STREAMS_ABORT in log, f"child failed:\n{log[-3000:]}"

@@ -19,6 +19,7 @@ from pathlib import Path
 import gguf
 import pytest
 
+from tests.engine_host import child_env
 from tests.zoo import special
 
 N_CTX = 4096
@@ -26,12 +27,14 @@ MIB = 1024 * 1024
 F16, F32 = 2, 4  # bytes per element: KV cache (default f16) and recurrent states (f32)
 
 CHILD = r"""
-import ctypes, math, sys
+import os, ctypes, math, sys
 import llama_cpp as L
 
 path, n_ctx, n_seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 L.llama_backend_init()
-model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
+params = L.llama_model_default_params()
+params.use_extra_bufts = os.environ.get("GGTUNE_TEST_REPACK", "1") == "1"  # tests/engine_host.py
+model = L.llama_model_load_from_file(path.encode(), params)
 assert model, "model load failed"
 cp = L.llama_context_default_params()
 cp.n_ctx, cp.n_seq_max, cp.n_batch, cp.n_ubatch = n_ctx, n_seq, 512, 512
@@ -139,6 +142,7 @@ def run_child(path: Path, n_seq: int) -> tuple[int, str]:
         text=True,
         timeout=120,
         check=False,
+        env=child_env(),
     )
     return proc.returncode, proc.stdout + proc.stderr
 
