@@ -114,9 +114,14 @@ def batched_bench_step(
     tool: Path, model: Path, n_users: int, *, n_ctx: int, threads: int, repack: bool = True
 ) -> tuple[float, float]:
     """Return (CPU seconds per decode step of ``n_users``, its wall S_TG / n_users)."""
-    kw = {"n_ctx": n_ctx, "threads": threads, "repack": repack}
-    _row, short = run_batched_bench(tool, model, n_users, SHORT, **kw)  # type: ignore[arg-type]
-    row, long = run_batched_bench(tool, model, n_users, ORACLE_LONG, **kw)  # type: ignore[arg-type]
+
+    def run(n_gen: int) -> tuple[dict[str, Any], float]:
+        return run_batched_bench(
+            tool, model, n_users, n_gen, n_ctx=n_ctx, threads=threads, repack=repack
+        )
+
+    _row, short = run(SHORT)
+    row, long = run(ORACLE_LONG)
     return (long - short) / (ORACLE_LONG - SHORT) / threads, row["speed_tg"] / n_users
 
 

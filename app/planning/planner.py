@@ -92,6 +92,7 @@ from app.predict.estimate import (
     MemoryEstimate,
     estimate,
     place_layers,
+    repack_is_safe,
     repacked_bytes,
     resolve_context,
     tensor_device,
@@ -411,7 +412,9 @@ def _variants(
     then the two fastest … by memory (zero shares for the rest), so a model that fits the
     fast devices is not spread over slow ones."""
     out: list[Settings] = []
-    worth_it = repacked_bytes(spec, hardware.host) >= REPACK_NOTE_BYTES
+    # no repacking where llama.cpp's AMX kernels may crash (as the runner's plan)
+    repack = repack_is_safe(hardware.host)
+    worth_it = repack and repacked_bytes(spec, hardware.host) >= REPACK_NOTE_BYTES
     mmaps = (True, False) if worth_it else (True,)
     splits: list[tuple[float, ...]] = [()]
     gpus = hardware.gpus
@@ -451,6 +454,7 @@ def _variants(
                                 swa_full=False,
                                 tensor_split=split,
                                 use_mmap=mmap,
+                                repack=repack,
                             )
                         )
     return out

@@ -53,7 +53,7 @@ from app.model.facts import gpu_layers_text
 from app.model.projector import Projector
 from app.model.spec import ModelSpec
 from app.planning.llama_fit import DEFAULT_FIT_CTX, DEFAULT_FIT_TARGET_MIB, FitResult, llama_fit
-from app.predict.estimate import MemoryEstimate, estimate, repack_is_safe, row_bytes
+from app.predict.estimate import MemoryEstimate, estimate, row_bytes, safe_repack
 from app.settings import ALL_LAYERS, RunnerName, Settings, runner_defaults
 from app.units import GIB, MIB
 
@@ -183,9 +183,7 @@ def plan_runner(
     elif runner == "llama-server":
         if "n_parallel" in given and "kv_unified" not in given:
             given["kv_unified"] = False  # an explicit -np turns the unified cache off
-        requested = base.replace(**given)
-        if "repack" not in given and not repack_is_safe(hardware.host):
-            requested = requested.replace(repack=False)
+        requested = safe_repack(base.replace(**given), hardware.host, given)
     else:
         requested = base.replace(**given)
     notes: list[str] = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Final, Literal, TypeVar
 
@@ -552,7 +552,11 @@ def amx_takes(type_name: str, n_cols: int, n_rows: int) -> bool:
         ggml_type = GGMLQuantizationType[type_name.upper()]
     except KeyError:
         return False
-    align = _AMX_ALIGNMENT.get(ggml_type)
+    return _amx_fits(ggml_type, n_cols, n_rows)
+
+
+def _amx_fits(ggml_type: int, n_cols: int, n_rows: int) -> bool:
+    align = _AMX_ALIGNMENT.get(GGMLQuantizationType(ggml_type))
     return align is not None and n_cols % align == 0 and n_rows % 32 == 0
 
 
@@ -575,10 +579,9 @@ def _is_amx(t: TensorSpec) -> bool:
     mul_mat = t.role in _MUL_MAT_ROLES or (
         t.role == "other" and t.name.rsplit(".", 2)[-2] in _OTHER_MUL_MAT
     )
-    if t.ggml_type not in _AMX_ALIGNMENT or not mul_mat or len(t.shape) < 2:
+    if not mul_mat or len(t.shape) < 2:
         return False  # experts are MUL_MAT_ID, not an AMX op; supports_op checks no rank
-    align = _AMX_ALIGNMENT[GGMLQuantizationType(t.ggml_type)]
-    return t.shape[0] % align == 0 and t.shape[1] % 32 == 0
+    return _amx_fits(t.ggml_type, t.shape[0], t.shape[1])
 
 
 def host_extra_buffer(t: TensorSpec, host: Device) -> str | None:
@@ -603,7 +606,17 @@ def repack_is_safe(host: Device) -> bool:
     return not has_amx(host)
 
 
-def amx_refusal(spec: ModelSpec, settings: Settings, hardware: Hardware) -> str | None:
+def safe_repack(settings: Settings, host: Device, given: Collection[str] = ()) -> Settings:
+    """Return ``settings`` with repacking off on a CPU where it is unsafe
+    (:func:`repack_is_safe`), unless ``repack`` is among the ``given`` (user-set) fields."""
+    if "repack" in given or repack_is_safe(host) or not settings.repack:
+        return settings
+    return settings.replace(repack=False)
+
+
+def amx_refusal(
+    spec: ModelSpec, settings: Settings, hardware: Hardware, placement: Placement | None = None
+) -> str | None:
     """Return why llama.cpp aborts creating a context for ``spec`` on an AMX CPU, or None.
 
     The AMX buffer takes a 3-D ``MUL_MAT`` weight (its ``supports_op`` is asked with a
@@ -614,7 +627,7 @@ def amx_refusal(spec: ModelSpec, settings: Settings, hardware: Hardware) -> str 
     """
     if not (settings.repack and has_amx(hardware.host)):
         return None
-    placement = place_layers(spec, settings, hardware)
+    placement = placement or place_layers(spec, settings, hardware)
     for t in spec.tensors:
         on_host = tensor_device(t, placement, settings.n_cpu_moe) < 0
         if len(t.shape) == 3 and t.shape[2] > 1 and _is_amx(t) and on_host:
@@ -1329,10 +1342,10 @@ def estimate(
     notes: list[str] = list(spec.notes)
     ctx = resolve_context(spec, settings)
     check_cache_types(spec, settings)
-    refusal = amx_refusal(spec, settings, hardware)
+    placement = place_layers(spec, settings, hardware)
+    refusal = amx_refusal(spec, settings, hardware, placement)
     if refusal is not None:
         raise SettingsError(refusal)
-    placement = place_layers(spec, settings, hardware)
     gpus = hardware.gpus
     n_dev = len(gpus)
     host_index = n_dev  # devices are the GPUs in order, then the host

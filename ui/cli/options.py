@@ -15,7 +15,7 @@ from app.model.projector import Projector, read_projector
 from app.model.spec import ModelSpec
 from app.planning.llama_fit import DEFAULT_FIT_CTX
 from app.planning.runner_plan import RunnerOptions, RunnerPlan, plan_runner
-from app.predict.estimate import repack_is_safe
+from app.predict.estimate import safe_repack
 from app.settings import CACHE_TYPES, RUNNERS, RunnerName, Settings, runner_defaults
 from app.units import GIB
 
@@ -376,9 +376,10 @@ def settings_from_args(args: argparse.Namespace, hardware: Hardware) -> Settings
     if "n_parallel" in given and "kv_unified" not in given and runner == "llama-server":
         # setting -np turns llama-server's unified cache off (PR #16736)
         given["kv_unified"] = False
-    if runner == "llama-server" and "repack" not in given and not repack_is_safe(hardware.host):
-        given["repack"] = False  # as the runner's plan (app/planning/runner_plan.py)
-    return base.replace(**given)
+    settings = base.replace(**given)
+    if runner == "llama-server":  # as the runner's plan (app/planning/runner_plan.py)
+        settings = safe_repack(settings, hardware.host, given)
+    return settings
 
 
 def options_from_args(args: argparse.Namespace) -> RunnerOptions:

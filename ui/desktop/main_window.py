@@ -41,7 +41,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.hardware.devices import Hardware
-from app.predict.estimate import repack_is_safe
+from app.predict.estimate import safe_repack
 from ui.desktop.compare.controller import CompareController
 from ui.desktop.compare.panel import ComparePanel
 from ui.desktop.explain.panel import ExplainPanel
@@ -390,10 +390,8 @@ class MainWindow(QMainWindow):
             return
         self.tabs.setCurrentWidget(self.verify_panel)
         local = self.hardware.local or Hardware.cpu_only()
-        settings = self.estimates.settings
-        if "repack" not in self.estimates.pinned and not repack_is_safe(local.host):
-            # this machine's AMX kernels may crash the engine (app.predict.estimate)
-            settings = settings.replace(repack=False)
+        # this machine's AMX kernels may crash the engine (app.predict.estimate)
+        settings = safe_repack(self.estimates.settings, local.host, self.estimates.pinned)
         self.verify.start(model, settings, local)
 
     def _focus_search(self) -> None:

@@ -38,7 +38,7 @@ from app.model.quant import QuantResult, simulate_all, simulate_quant
 from app.model.spec import ModelSpec
 from app.planning.options import own_quant_name
 from app.planning.runner_plan import RunnerOptions, RunnerPlan, plan_runner
-from app.predict.estimate import MemoryEstimate, repack_is_safe
+from app.predict.estimate import MemoryEstimate, repack_is_safe, safe_repack
 from app.predict.verdict import Verdict, verdict
 from app.settings import ALL_LAYERS, RUNNERS, RunnerName, Settings, runner_defaults
 from app.sources.projectors import find_projector
@@ -183,9 +183,9 @@ class EstimateController(QObject):
         super().__init__(parent)
         self._runner: RunnerName = "llama-server"
         self._hardware = hardware
-        self._settings = runner_defaults(self._runner, gpu_total_bytes=0)
-        if not repack_is_safe(hardware.hardware.host):
-            self._settings = self._settings.replace(repack=False)  # see reset_to_runner_defaults
+        self._settings = safe_repack(
+            runner_defaults(self._runner, gpu_total_bytes=0), hardware.hardware.host
+        )
         self._model: LoadedModel | None = None
         self._quant: str | None = None
         self._simulated: dict[tuple[str, str], ModelSpec] = {}
@@ -362,8 +362,8 @@ class EstimateController(QObject):
         gpu_total = gpu_total_bytes(self._hardware.hardware)
         self._pinned = frozenset()
         base = runner_defaults(self._runner, gpu_total_bytes=gpu_total)
-        if self._runner == "llama-server" and not repack_is_safe(self._hardware.hardware.host):
-            base = base.replace(repack=False)  # as the runner's plan does on an AMX CPU
+        if self._runner == "llama-server":  # as the runner's plan does on an AMX CPU
+            base = safe_repack(base, self._hardware.hardware.host)
         self._apply(base)
 
     def update(self, **changes: object) -> None:
