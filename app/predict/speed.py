@@ -1063,6 +1063,19 @@ class SpeedPrediction:
     bottleneck: str
     device_decode_s: tuple[tuple[str, float], ...]
     factors_source: str
+    host_kernels: bool | None = None
+    """How the CPU's share is priced: True by this CPU's timed kernels
+    (:class:`~app.hardware.kernels.KernelRates`), False by its bandwidth alone (a rough
+    figure: the kernels this model needs were not timed on this machine yet), None when
+    the CPU runs no layer and no output head."""
+
+
+def host_pricing(work: Workload) -> bool | None:
+    """Return :attr:`SpeedPrediction.host_kernels` for ``work``."""
+    for d in work.devices:
+        if d.kind == "host" and (d.layer_flops > 0 or d.head_flops > 0):
+            return d.kernels is not None
+    return None
 
 
 def predict_speed(
@@ -1104,6 +1117,7 @@ def predict_speed(
         bottleneck=bottleneck,
         device_decode_s=tuple(per_dev),
         factors_source=factors.source,
+        host_kernels=host_pricing(work),
     )
 
 

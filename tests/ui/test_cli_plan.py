@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ui.cli.main import run
+from ui.cli.plan import ROUGH_CPU
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
@@ -92,3 +93,22 @@ def test_recommend_on_a_real_file_of_this_machine(
     assert best["quant"] == "Q4_1"
     assert best["origin"] == "on disk"
     assert "not calibrated" in best["speed"]["calibration"]
+
+
+def test_plan_says_the_cpu_figure_is_rough_until_its_kernels_are_timed(
+    capsys: pytest.CaptureFixture[str],
+    smollm_path: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a machine never timed
+    argv = ["plan", str(smollm_path), "--ctx", "2048", "--min-tps", "5",
+            "--db", str(tmp_path / "none.sqlite3")]  # fmt: skip
+    data = run_json(capsys, *argv, "--json")
+    assert data["cpu_priced_by"] == "bandwidth"
+    assert run(argv) == 0
+    assert ROUGH_CPU in capsys.readouterr().out
+    # a profile's GPU holds every layer: the CPU prices nothing, nothing to say
+    gpu = run_json(capsys, "plan", "catalog:llama-3.1-8b", "--ctx", "8192", "--min-tps", "20",
+                   "--profile", "rtx-3060-12g", "--ram", "64", "--json")  # fmt: skip
+    assert gpu["cpu_priced_by"] is None

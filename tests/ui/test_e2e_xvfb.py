@@ -166,7 +166,9 @@ def _drive(scratch: Path) -> dict[str, Any]:
             QTest.qWait(20)
 
     window = MainWindow(
-        QSettings(str(scratch / "ggtune.ini"), QSettings.Format.IniFormat), detect_hardware=False
+        QSettings(str(scratch / "ggtune.ini"), QSettings.Format.IniFormat),
+        detect_hardware=False,
+        time_kernels=False,
     )
     window.resize(1200, 800)
     window.show()

@@ -14,7 +14,7 @@ from typing import Any
 
 from app.measured.users_result import Slo
 from app.model.catalog import is_catalog
-from app.planning.planner import max_users
+from app.planning.planner import Capacity, max_users
 from app.planning.users import measured_users, users_within_slo
 from app.sources.reading import load_model_spec
 from ui.cli.commands import COMMANDS
@@ -78,6 +78,7 @@ def run_plan(args: argparse.Namespace) -> int:
             "slo": {"ttft_s": slo.ttft_s, "min_tok_per_s": slo.min_tok_per_s},
             "first_token_s": within.ttft_s,
             "calibrated": within.calibrated,
+            "cpu_priced_by": _cpu_pricing(cap),
             "measured": dataclasses.asdict(measured) if measured else None,
             "ctx_per_user": cap.ctx_per_user,
             "min_tok_per_s": cap.min_tok_per_s,
@@ -96,4 +97,20 @@ def run_plan(args: argparse.Namespace) -> int:
     print(f"Within {slo.describe()}: {count}{first} (predicted, {basis}).")
     if measured is not None:
         print(f"  {measured.describe()} (ggtune bench --users or Verify).")
+    if _cpu_pricing(cap) == "bandwidth":
+        print(f"  {ROUGH_CPU}")
     return 0
+
+
+ROUGH_CPU = (
+    "The CPU's part is rough: priced by its memory bandwidth alone, as this CPU's kernels "
+    "for this model were not timed yet ('ggtune bench MODEL --users 1' times them once)."
+)
+
+
+def _cpu_pricing(cap: Capacity) -> str | None:
+    """Return how the plan's CPU share was priced: "kernels" (this CPU's timed kernels),
+    "bandwidth" (its memory bandwidth alone, a rough figure), None (the CPU runs no layer)."""
+    if cap.plan is None or cap.plan.speed.host_kernels is None:
+        return None
+    return "kernels" if cap.plan.speed.host_kernels else "bandwidth"

@@ -62,6 +62,7 @@ from ui.desktop.settings.remembered import RememberedSettings
 from ui.desktop.shared.banner import MessageBanner
 from ui.desktop.shared.estimate_controller import EstimateController
 from ui.desktop.shared.hardware import HardwareChoice, HardwareController
+from ui.desktop.shared.kernel_timing import KernelTimingController
 from ui.desktop.shared.model_card import LoadedModel, card_at_quant
 from ui.desktop.shared.widgets import wrap_tooltips
 from ui.desktop.verify.controller import VerifyController
@@ -73,6 +74,9 @@ TAB_KEY: Final = "window/tab"
 GGUF_SUFFIX: Final = ".gguf"
 TIPS_DELAY_MS: Final = 150
 READING_MESSAGE: Final = "Reading the model header…"
+KERNELS_MESSAGE: Final = (
+    "Timing this CPU's matrix kernels for this model (once, in the background)…"
+)
 
 
 def gguf_paths(event: QDragEnterEvent | QDropEvent) -> list[str]:
@@ -153,6 +157,7 @@ class MainWindow(QMainWindow):
         *,
         detect_hardware: bool = True,
         machines_file: Path | None = None,
+        time_kernels: bool = True,
     ) -> None:
         super().__init__()
         self._settings = settings
@@ -190,6 +195,15 @@ class MainWindow(QMainWindow):
         # a stored run moves the calibration and the measured users line at once
         self.verify.benchmark_finished.connect(lambda _outcome: speed.reload())
         self.verify.users_finished.connect(lambda _outcome: speed.reload())
+        # the first time a model needs CPU kernels this machine never timed, time them
+        # in the background (never beside a Verify run); every tab moves to that figure
+        self.kernel_timing: KernelTimingController | None = None
+        if time_kernels:
+            self.kernel_timing = KernelTimingController(self.estimates, self.hardware, self)
+            self.kernel_timing.timing.connect(speed.set_timing_kernels)
+            self.kernel_timing.timing.connect(self._on_kernel_timing)
+            self.kernel_timing.failed.connect(self._on_problem)
+            self.verify.running_changed.connect(self.kernel_timing.set_paused)
         self.compare = CompareController(self.estimates, speed, self)
         self.compare_panel = ComparePanel(self.compare, self.estimates)
         self.compare_panel.downloads.finished.connect(self._on_compare_download_finished)
@@ -453,6 +467,12 @@ class MainWindow(QMainWindow):
         if not choice.label.endswith("(detecting…)"):
             self.banner.hide()  # a later success: the error above is old news
 
+    def _on_kernel_timing(self, busy: bool) -> None:
+        if busy:
+            self.statusBar().showMessage(KERNELS_MESSAGE)
+        elif self.statusBar().currentMessage() == KERNELS_MESSAGE:
+            self.statusBar().showMessage(self.hardware.choice.label)
+
     def _on_problem(self, text: str) -> None:
         self.banner.show_message(text)
 
@@ -514,6 +534,8 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         """Save the window state and stop a dry run or a download under way."""
         self.save_window()
+        if self.kernel_timing is not None:
+            self.kernel_timing.stop()
         self.verify.wait()
         self.compare_panel.downloads.wait()
         if self.hub_dialog is not None:

@@ -36,7 +36,7 @@ def run_window(model: str, scratch: Path, timeout_s: float) -> tuple[int, str]:
     app = make_application()
     _say(f"Qt platform {app.platformName()}")
     settings = QSettings(str(scratch / "settings.ini"), QSettings.Format.IniFormat)
-    window = MainWindow(settings)
+    window = MainWindow(settings, time_kernels=False)
     outcome: list[tuple[int, str]] = []  # the first finish() wins
     stage = {"now": "opening the model"}
     waiting = {"model", "hardware"}

@@ -34,7 +34,7 @@ PRINT_TOLERANCE_BYTES = int(0.01 * MIB)
 
 
 def open_window(qtbot: QtBot, qsettings: QSettings, path: Path) -> MainWindow:
-    window = MainWindow(qsettings, detect_hardware=False)
+    window = MainWindow(qsettings, detect_hardware=False, time_kernels=False)
     qtbot.addWidget(window)
     window.show()
     with qtbot.waitSignal(window.hardware.local_detected, timeout=30_000):

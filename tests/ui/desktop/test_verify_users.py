@@ -52,7 +52,7 @@ def test_plot_description_names_the_slo_and_both_figures() -> None:
 def users_window(
     qtbot: QtBot, qsettings: QSettings, path: Path, db_path: Path, plan: UsersPlan
 ) -> MainWindow:
-    window = MainWindow(qsettings, detect_hardware=False)
+    window = MainWindow(qsettings, detect_hardware=False, time_kernels=False)
     qtbot.addWidget(window)
     window.show()
     with qtbot.waitSignal(window.hardware.local_detected, timeout=30_000):

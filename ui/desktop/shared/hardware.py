@@ -16,6 +16,7 @@ from typing import Literal
 from PySide6.QtCore import QObject, Signal
 
 from app.hardware.devices import Hardware, planned_hardware
+from app.hardware.kernels import KernelRates
 from app.hardware.probe import local_hardware
 from app.units import GIB, format_bytes
 from ui.desktop.shared.jobs import run_job
@@ -55,6 +56,11 @@ def describe_hardware(hardware: Hardware) -> str:
         (whole,) = physical
         gpus += f" (usable of {format_bytes(whole or 0)})"
     return f"{gpus}, {ram_text}"
+
+
+def _with_kernels(hardware: Hardware, rates: KernelRates) -> Hardware:
+    host = dataclasses.replace(hardware.host, kernels=rates)
+    return dataclasses.replace(hardware, host=host)
 
 
 class HardwareController(QObject):
@@ -124,6 +130,18 @@ class HardwareController(QObject):
             )
             hardware = dataclasses.replace(hardware, gpus=gpus)
         self.set_hardware(hardware, f"Planned: {describe_hardware(hardware)}", "planned")
+
+    def set_host_kernels(self, rates: KernelRates) -> None:
+        """This CPU's kernels were timed: plan with them from now on, for this machine and
+        for GPUs planned on it (a profile's CPU is another machine's: left as it is)."""
+        if self._local is None:
+            return
+        self._local = _with_kernels(self._local, rates)
+        choice = self._choice
+        if choice.source == "local":
+            self.use_local()
+        elif choice.source == "planned":
+            self.set_hardware(_with_kernels(choice.hardware, rates), choice.label, "planned")
 
     def _on_probe_done(self, hardware: Hardware) -> None:
         self._local = hardware

@@ -129,24 +129,40 @@ def job_pool() -> QThreadPool:
     return QThreadPool.globalInstance()
 
 
+_BACKGROUND_POOL: list[QThreadPool] = []
+
+
+def background_pool() -> QThreadPool:
+    """Return the one-thread pool of long background work (timing this CPU's kernels, tens
+    of seconds): on a 2-core machine Qt's global pool has two threads, and one held that
+    long left header reads and the users count a single thread."""
+    if not _BACKGROUND_POOL:
+        pool = QThreadPool()
+        pool.setMaxThreadCount(1)
+        _BACKGROUND_POOL.append(pool)
+    return _BACKGROUND_POOL[0]
+
+
 def run_job(
     fn: Callable[[], T],
     *,
     on_success: Callable[[T], None],
     on_failure: Callable[[Exception], None],
     parent: QObject,
+    pool: QThreadPool | None = None,
 ) -> None:
     """Run ``fn()`` on the pool; call ``on_success(result)`` or ``on_failure(error)`` later.
 
     Call on the GUI thread; the callbacks run there too, after this returns, unless
-    ``parent`` was deleted meanwhile.
+    ``parent`` was deleted meanwhile. ``pool``: :func:`job_pool` unless given (long work
+    goes to :func:`background_pool`).
     """
     assert threading.current_thread() is threading.main_thread(), "run_job is for the GUI thread"
     if not _DISPATCHER:
         _DISPATCHER.append(_Dispatcher())
     number = next(_NUMBERS)
     _TASKS[number] = _Task(fn, on_success, on_failure, parent)
-    job_pool().start(functools.partial(_run_task, number))
+    (pool or job_pool()).start(functools.partial(_run_task, number))
 
 
 class GuiCollector(QObject):

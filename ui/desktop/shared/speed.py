@@ -106,6 +106,9 @@ class SpeedSummary:
     assumed_bandwidth: bool = False
     """A GPU of the plan has no bandwidth given: the speed assumed
     :data:`~app.predict.speed.DEFAULT_GPU_BANDWIDTH_GB_PER_S` for it."""
+    timing_kernels: bool = False
+    """This CPU's kernels for the model are being timed now
+    (:class:`~ui.desktop.shared.kernel_timing.KernelTimingController`)."""
 
 
 def users_goal(settings: Settings, margin_bytes: int) -> Goal:
@@ -176,6 +179,9 @@ def speed_text(summary: SpeedSummary) -> str:
     line = " · ".join(parts)
     if p is not None:
         line += f" — {basis_text(p.factors_source)}"
+        if p.host_kernels is False:
+            now = "timing them now…" if summary.timing_kernels else "they are not timed yet"
+            line += f"; the CPU's part is rough, from its memory bandwidth alone ({now})"
         if summary.assumed_bandwidth:
             line += (
                 f"; GPU bandwidth not given, {DEFAULT_GPU_BANDWIDTH_GB_PER_S:.0f} GB/s assumed "
@@ -206,6 +212,7 @@ class SpeedController(QObject):
         self._factors_key: tuple[str, str, Hardware] | None = None
         self._factors_serial = 0
         self._summary = SpeedSummary(None, None, 0)
+        self._timing_kernels = False
         self._measured: MeasuredUsers | None = None
         self._users_key: tuple[object, ...] | None = None
         self._users = LatestJob(
@@ -234,6 +241,13 @@ class SpeedController(QObject):
     def users_busy(self) -> bool:
         """Whether the users count is being worked out."""
         return self._users.busy
+
+    def set_timing_kernels(self, busy: bool) -> None:
+        """Say on the line whether this CPU's kernels are being timed now."""
+        self._timing_kernels = busy
+        if self._summary.timing_kernels != busy:
+            self._summary = dataclasses.replace(self._summary, timing_kernels=busy)
+            self.speed_changed.emit(self._summary)
 
     def reload(self) -> None:
         """Read this machine's calibration and the newest Users run again: a benchmark or a
@@ -286,6 +300,7 @@ class SpeedController(QObject):
             self._measured,
             no_speed=no_speed,
             assumed_bandwidth=assumed,
+            timing_kernels=self._timing_kernels,
         )
         if key != self._users_key:
             self._users_key = key

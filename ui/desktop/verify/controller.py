@@ -220,10 +220,6 @@ class VerifyController(QObject):
         self._launch(thread, "users")
 
     def _on_users_progress(self, event: object) -> None:
-        if isinstance(event, str):
-            if not self._cancelling:
-                self.progress.emit(0, event)
-            return
         self._on_bench_progress(event)  # type: ignore[arg-type]
 
     @Slot(object)
@@ -292,10 +288,12 @@ class VerifyController(QObject):
         if isinstance(event, StepEvent) and isinstance(thread, DryRunThread):
             thread.step.emit(event.label)
 
-    def _on_bench_progress(self, event: BenchProgress) -> None:
+    def _on_bench_progress(self, event: BenchProgress | str) -> None:
         if self._cancelling:
             return
-        if isinstance(event, LoadProgress):
+        if isinstance(event, str):  # timing this CPU's kernels first
+            self.progress.emit(0, event)
+        elif isinstance(event, LoadProgress):
             pct = round(LOAD_SHARE * event.fraction)
             self.progress.emit(pct, f"loading the model ({round(100 * event.fraction)} %)")
         elif isinstance(event, Loaded):

@@ -7,6 +7,7 @@ only waits on the child, which a cancel kills. Their signals answer on the GUI t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -16,7 +17,7 @@ from PySide6.QtCore import (
     Signal,
 )
 
-from app.errors import EngineError, GGTuneError
+from app.errors import EngineCancelledError, EngineError, GGTuneError
 from app.hardware.devices import Hardware
 from app.measured.bench_result import (
     BenchPlan,
@@ -28,6 +29,7 @@ from app.predict.speed import SpeedFactors
 from app.settings import Settings
 from runner.benchmark import Benchmark
 from runner.dry_run import DryRun
+from ui.desktop.shared.kernel_timing import with_kernels
 from ui.desktop.shared.model_card import LoadedModel, describe_error
 from ui.desktop.verify.rows import (
     HISTORY_LIMIT,
@@ -95,7 +97,9 @@ class BenchJob:
 class BenchmarkThread(QThread):
     """Wait for one benchmark (worker thread); the engine runs in runner's child process.
 
-    Emits ``progress(object)`` per :data:`app.measured.bench_result.BenchProgress`, then exactly one
+    Times this CPU's kernels first where the speed model lacks them (``progress`` then
+    carries :data:`~ui.desktop.shared.kernel_timing.KERNELS_STEP`, a str). Emits
+    ``progress(object)`` per :data:`app.measured.bench_result.BenchProgress`, then exactly one
     of ``succeeded(BenchmarkOutcome)`` or ``failed(GGTuneError)``. The comparison and
     storing the run in the results database happen here too, off the GUI thread.
     :meth:`cancel` is safe from any thread.
@@ -115,6 +119,9 @@ class BenchmarkThread(QThread):
     ) -> None:
         super().__init__(parent)
         self._job = job
+        self._settings = settings
+        self._cancelled = False
+        self._cancel_kernels: list[Callable[[], None]] = []
         self._bench = Benchmark(
             model.path, settings, plan, timeout_s=BENCH_TIMEOUT_S, on_progress=self._on_progress
         )
@@ -126,7 +133,31 @@ class BenchmarkThread(QThread):
 
     def cancel(self) -> None:
         """Kill the child; :meth:`run` then fails with EngineCancelledError."""
+        self._cancelled = True
+        for stop in self._cancel_kernels:
+            stop()
         self._bench.cancel()
+
+    def _priced_hardware(self) -> Hardware:
+        """Return the job's hardware with this CPU's kernels, timed first where missing (the
+        estimate column then prices the CPU as the Memory view does once they are timed)."""
+
+        def cancel_ready(stop: Callable[[], None]) -> None:
+            self._cancel_kernels.append(stop)
+            if self._cancelled:
+                stop()
+
+        job = self._job
+        hardware = with_kernels(
+            job.model.spec,
+            self._settings,
+            job.hardware,
+            on_step=self.progress.emit,
+            on_cancel_ready=cancel_ready,
+        )
+        if self._cancelled:
+            raise EngineCancelledError("cancelled while timing this CPU's kernels")
+        return hardware
 
     def _on_progress(self, event: BenchProgress) -> None:
         self.progress.emit(event)
@@ -135,8 +166,9 @@ class BenchmarkThread(QThread):
         """Run the benchmark, compare, store, and report (worker thread)."""
         job = self._job
         try:
+            hardware = self._priced_hardware()
             result = self._bench.run()
-            rows = benchmark_rows(job.model.spec, job.estimate, result, job.hardware, job.factors)
+            rows = benchmark_rows(job.model.spec, job.estimate, result, hardware, job.factors)
         except GGTuneError as err:
             self.failed.emit(err)
             return

@@ -12,7 +12,7 @@ batching, up to the slots on screen, at least 4) and stores it. The answer is a
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -23,10 +23,10 @@ from app.hardware.devices import Hardware
 from app.measured.results_db import ResultsDB, quick_file_hash
 from app.measured.users_result import RoundSummary, Slo, UsersPlan, UsersResult, answer
 from app.planning.users import predict_every_count
-from app.predict.speed import SpeedFactors, kernel_needs
+from app.predict.speed import SpeedFactors
 from app.settings import Settings
-from runner.benchmark import physical_cores
 from runner.load_test import LoadTest
+from ui.desktop.shared.kernel_timing import with_kernels
 from ui.desktop.shared.model_card import LoadedModel, describe_error
 from ui.desktop.shared.speed import load_speed_factors
 from ui.desktop.verify.rows import HISTORY_LIMIT
@@ -102,7 +102,7 @@ class UsersThread(QThread):
         super().__init__(parent)
         self._model, self._settings, self._hardware = model, settings, hardware
         self._plan, self._slo, self._factors, self._db = plan, slo, factors, db
-        self._cancel_kernels: list[object] = []
+        self._cancel_kernels: list[Callable[[], None]] = []
         self._cancelled = False
         self._test = LoadTest(
             model.path,
@@ -121,7 +121,6 @@ class UsersThread(QThread):
         """Kill whichever child runs; :meth:`run` then fails with EngineCancelledError."""
         self._cancelled = True
         for stop in self._cancel_kernels:
-            assert callable(stop)
             stop()
         self._test.cancel()
 
@@ -177,17 +176,16 @@ class UsersThread(QThread):
 
     def _with_kernels(self) -> Hardware:
         """Return the hardware with this CPU's kernel rates (timed now where missing)."""
-        from runner.kernel_bench import ensure_rates
 
-        needs = kernel_needs(self._model.spec, self._settings, self._hardware)
-        threads = physical_cores()
-        current = self._hardware.host.kernels
-        if current is not None and current.n_threads != threads:
-            current = None
-        if needs.missing(current):
-            self.progress.emit("timing this CPU's kernels (once)")
-        rates = ensure_rates(
-            needs, n_threads=threads, rates=current, on_cancel_ready=self._cancel_kernels.append
+        def cancel_ready(stop: Callable[[], None]) -> None:
+            self._cancel_kernels.append(stop)
+            if self._cancelled:  # cancelled before the child started
+                stop()
+
+        return with_kernels(
+            self._model.spec,
+            self._settings,
+            self._hardware,
+            on_step=self.progress.emit,
+            on_cancel_ready=cancel_ready,
         )
-        host = dataclasses.replace(self._hardware.host, kernels=rates)
-        return dataclasses.replace(self._hardware, host=host)
