@@ -91,8 +91,15 @@ LOAD_MODE_MMAP_MLOCK: Final = 3
 
 SAMPLE_INTERVAL_S: Final = 0.02
 
-OMP_WAIT_POLICY: Final = "passive"
-"""How llama.cpp's OpenMP threads wait in the child unless the environment says otherwise."""
+WAIT_POLICY_NOTE: Final = (
+    "OpenMP's wait policy is the engine's own default, as llama-server runs it (libgomp "
+    "spins briefly at each barrier); a user's OMP_WAIT_POLICY wins"
+)
+"""Why the children leave ``OMP_WAIT_POLICY`` alone. ggml's barrier between two graph
+nodes is ``#pragma omp barrier`` in an OpenMP build (``ggml-cpu.c``, ``ggml_barrier``), so
+``passive`` (which earlier children set) put a thread to sleep ~600 times per token of a
+135M model: on the 2-core Xeon of docs/benchmarks.md the demo model decoded at 28.4 tok/s
+with it and 49.8 without, at 2 threads, where llama-server decodes at the latter."""
 
 CHAT_TEXT: Final = (
     "I have a small garden behind my flat and would like to grow tomatoes, basil and "
@@ -387,11 +394,9 @@ def benchmark_child(request: BenchRequest, channel: ChildChannel) -> None:
     :class:`ModelFacts`, a loaded message, :class:`~app.measured.bench_result.BenchStep` items and
     the measurements; each load, the context and each timed step is a worker step.
     """
-    # libgomp reads this when llama.cpp loads it. Its default spin-waiting turns any other
-    # busy process on the same cores (the desktop app, a browser) into 10-20x slower
-    # decoding with n_threads = cores (measured here: 2.0 vs 52.6 tok/s on two shared
-    # cores); passive waiting costs little when the cores are idle. A user's setting wins.
-    os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
+    # OMP_WAIT_POLICY is left as the user has it (WAIT_POLICY_NOTE): the engine's default
+    # is what a runner gets. On cores other work keeps busy it decodes far slower (2.0 vs
+    # 52.6 tok/s measured on two shared cores, docs/benchmarks.md) — as llama-server would.
     import numpy as np
 
     engine = open_engine(channel, request.rpc_servers)

@@ -519,7 +519,7 @@ def _decode_overhead(channel: ChildChannel, n_threads: int) -> tuple[float, floa
 
 def kernel_child(request: KernelRequest, channel: ChildChannel) -> None:
     """Time every type of ``request`` in this (child) process; send one :class:`KernelRates`."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # as the benchmark child does
+    # OpenMP's wait policy: the engine's default, as in a model (WAIT_POLICY_NOTE)
     import numpy as np
 
     from runner.load_test import read_loadavg

@@ -60,7 +60,6 @@ from app.measured.users_result import (
 from app.settings import Settings
 from runner.benchmark import (
     CHAT_TEXT,
-    OMP_WAIT_POLICY,
     create_context,
     machine_info,
     physical_cores,
@@ -210,7 +209,7 @@ def _tokenize(bindings: Any, vocab: Any, text: str, n: int) -> list[int]:
 
 def load_test_child(request: LoadTestRequest, channel: ChildChannel) -> None:
     """Run ``request`` in this (child) process, reporting through ``channel``."""
-    os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)  # see runner/benchmark.py
+    # OpenMP's wait policy: the engine's default (runner.benchmark.WAIT_POLICY_NOTE)
     import numpy as np
 
     engine = open_engine(channel)
