@@ -241,7 +241,9 @@ def detect(
         c.statuses.append(ProbeStatus("cpu kernels", "ok", detail))
     else:
         c.statuses.append(
-            ProbeStatus("cpu kernels", "unknown", "not timed yet (a benchmark times them)")
+            ProbeStatus(
+                "cpu kernels", "unknown", "not timed yet (timed once when a model needs them)"
+            )
         )
     return HardwareReport(
         host=host,

@@ -222,6 +222,8 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.explain_panel, "Explain")
         tip(self.tabs.indexOf(self.explain_panel), "How this model uses memory, in plain words")
         self.tabs.addTab(self.hardware_panel, "Hardware")
+        if self.kernel_timing is not None:
+            self.kernel_timing.timed.connect(lambda _rates: self.hardware_panel.refresh())
         # every tab's title in sight at any window size: the docks give way. Left to Qt,
         # the tab bar's minimum is its scroll arrows, and at 1004×700 on X11 it scrolled
         # and hid Hardware behind them (the pages' own minimum is narrower than the titles)

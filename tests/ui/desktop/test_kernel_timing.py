@@ -70,6 +70,11 @@ def test_new_machine_times_the_kernels_in_the_background_and_the_figure_moves(
     assert "the CPU's part is rough, from its memory bandwidth alone" in (
         window.memory_panel.speed_label.text()
     )
+    # the Hardware tab, looked at before the timing, says they are not timed yet …
+    with qtbot.waitSignal(window.hardware_panel.report_ready, timeout=30_000):
+        window.tabs.setCurrentWidget(window.hardware_panel)
+    assert "cpu kernels: not timed yet" in window.hardware_panel.probes_label.text()
+    window.tabs.setCurrentWidget(window.memory_panel)
     needs = timing.missing()
     assert needs is not None
     assert needs.shapes  # SmolLM2's Q8_0 products at least
@@ -105,6 +110,10 @@ def test_new_machine_times_the_kernels_in_the_background_and_the_figure_moves(
     cached = cached_rates(machine_key(probe_host()), host_threads())
     assert cached is not None
     assert not needs.missing(cached)
+    # … and says what was timed once they are (it probes again by itself)
+    qtbot.waitUntil(
+        lambda: "weight types at" in window.hardware_panel.probes_label.text(), timeout=30_000
+    )
 
     speed = window.memory_panel.speed
     qtbot.waitUntil(

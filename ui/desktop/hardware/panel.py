@@ -293,6 +293,12 @@ class HardwarePanel(QWidget):
             parent=self,
         )
 
+    def refresh(self) -> None:
+        """Probe again if the tab already showed a report (this CPU's kernels were just
+        timed: its "cpu kernels" line would say "not timed yet" for good otherwise)."""
+        if self._probed and self.detect_button.isEnabled():
+            self.detect()
+
     def reload_profiles(self) -> None:
         """Read the built-in and custom profiles; a bad custom file is shown, not fatal."""
         self.profiles_error.hide()
