@@ -69,6 +69,27 @@ def host_threads() -> int:
     return physical_cores()
 
 
+class Cancels:
+    """The stops of children a worker thread starts (any thread may call them): a stop
+    added after :meth:`cancel` runs at once, so a child that started late dies too."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self._stops: list[Callable[[], None]] = []
+
+    def add(self, stop: Callable[[], None]) -> None:
+        """Keep ``stop`` (an ``on_cancel_ready`` callback); run it now if cancelled."""
+        self._stops.append(stop)
+        if self.cancelled:
+            stop()
+
+    def cancel(self) -> None:
+        """Run every stop kept so far, and any added later."""
+        self.cancelled = True
+        for stop in list(self._stops):
+            stop()
+
+
 KERNELS_STEP: Final = "timing this CPU's kernels (once)"
 """The progress label of a Verify run that times them first."""
 
@@ -127,8 +148,7 @@ class KernelTimingController(QObject):
         self._time_kernels = time_kernels
         self._threads = n_threads
         self._paused = False
-        self._running: object = None  # the token of the timing in flight
-        self._cancels: list[Callable[[], None]] = []
+        self._running: Cancels | None = None  # the timing in flight
         self._given_up: set[KernelNeeds] = set()
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -208,21 +228,15 @@ class KernelTimingController(QObject):
         assert local is not None, "missing() is None before the probe answered"
         known = local.host.kernels
         threads = self._n_threads()
-        token = object()
-        self._running = token
-        self._cancels = []
+        run = Cancels()
+        self._running = run
         self.timing.emit(True)
 
-        def cancel_ready(cancel: Callable[[], None]) -> None:  # the pool thread
-            self._cancels.append(cancel)
-            if self._running is not token:  # cancelled before the child started
-                cancel()
-
         def job() -> KernelRates:
-            return self._time_kernels(missing, threads, known, cancel_ready)
+            return self._time_kernels(missing, threads, known, run.add)
 
         def done(rates: KernelRates) -> None:
-            if self._running is not token:
+            if self._running is not run:
                 return
             self._running = None
             self._hardware.set_host_kernels(rates)
@@ -230,7 +244,7 @@ class KernelTimingController(QObject):
             self.timed.emit(rates)
 
         def failed(error: Exception) -> None:
-            if self._running is not token:
+            if self._running is not run:
                 return
             self._running = None
             self.timing.emit(False)
@@ -242,13 +256,11 @@ class KernelTimingController(QObject):
         run_job(job, on_success=done, on_failure=failed, parent=self, pool=background_pool())
 
     def _cancel_running(self) -> None:
-        if self._running is None:
-            return
-        self._running = None
-        self.timing.emit(False)
-        self._kill()
+        running, self._running = self._running, None
+        if running is not None:
+            self.timing.emit(False)
+            running.cancel()
 
     def _kill(self) -> None:
-        cancels, self._cancels = self._cancels, []
-        for cancel in cancels:
-            cancel()
+        if self._running is not None:
+            self._running.cancel()

@@ -7,7 +7,6 @@ only waits on the child, which a cancel kills. Their signals answer on the GUI t
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -29,7 +28,7 @@ from app.predict.speed import SpeedFactors
 from app.settings import Settings
 from runner.benchmark import Benchmark
 from runner.dry_run import DryRun
-from ui.desktop.shared.kernel_timing import with_kernels
+from ui.desktop.shared.kernel_timing import Cancels, with_kernels
 from ui.desktop.shared.model_card import LoadedModel, describe_error
 from ui.desktop.verify.rows import (
     HISTORY_LIMIT,
@@ -120,8 +119,7 @@ class BenchmarkThread(QThread):
         super().__init__(parent)
         self._job = job
         self._settings = settings
-        self._cancelled = False
-        self._cancel_kernels: list[Callable[[], None]] = []
+        self._cancels = Cancels()
         self._bench = Benchmark(
             model.path, settings, plan, timeout_s=BENCH_TIMEOUT_S, on_progress=self._on_progress
         )
@@ -133,19 +131,12 @@ class BenchmarkThread(QThread):
 
     def cancel(self) -> None:
         """Kill the child; :meth:`run` then fails with EngineCancelledError."""
-        self._cancelled = True
-        for stop in self._cancel_kernels:
-            stop()
+        self._cancels.cancel()
         self._bench.cancel()
 
     def _priced_hardware(self) -> Hardware:
         """Return the job's hardware with this CPU's kernels, timed first where missing (the
         estimate column then prices the CPU as the Memory view does once they are timed)."""
-
-        def cancel_ready(stop: Callable[[], None]) -> None:
-            self._cancel_kernels.append(stop)
-            if self._cancelled:
-                stop()
 
         job = self._job
         hardware = with_kernels(
@@ -153,9 +144,9 @@ class BenchmarkThread(QThread):
             self._settings,
             job.hardware,
             on_step=self.progress.emit,
-            on_cancel_ready=cancel_ready,
+            on_cancel_ready=self._cancels.add,
         )
-        if self._cancelled:
+        if self._cancels.cancelled:
             raise EngineCancelledError("cancelled while timing this CPU's kernels")
         return hardware
 

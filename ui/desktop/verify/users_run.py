@@ -12,7 +12,6 @@ batching, up to the slots on screen, at least 4) and stores it. The answer is a
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -26,7 +25,7 @@ from app.planning.users import predict_every_count
 from app.predict.speed import SpeedFactors
 from app.settings import Settings
 from runner.load_test import LoadTest
-from ui.desktop.shared.kernel_timing import with_kernels
+from ui.desktop.shared.kernel_timing import Cancels, with_kernels
 from ui.desktop.shared.model_card import LoadedModel, describe_error
 from ui.desktop.shared.speed import load_speed_factors
 from ui.desktop.verify.rows import HISTORY_LIMIT
@@ -102,8 +101,7 @@ class UsersThread(QThread):
         super().__init__(parent)
         self._model, self._settings, self._hardware = model, settings, hardware
         self._plan, self._slo, self._factors, self._db = plan, slo, factors, db
-        self._cancel_kernels: list[Callable[[], None]] = []
-        self._cancelled = False
+        self._cancels = Cancels()
         self._test = LoadTest(
             model.path,
             settings,
@@ -119,9 +117,7 @@ class UsersThread(QThread):
 
     def cancel(self) -> None:
         """Kill whichever child runs; :meth:`run` then fails with EngineCancelledError."""
-        self._cancelled = True
-        for stop in self._cancel_kernels:
-            stop()
+        self._cancels.cancel()
         self._test.cancel()
 
     def run(self) -> None:
@@ -133,7 +129,7 @@ class UsersThread(QThread):
                 # tab shows a moment later, not the published ratios
                 self._factors = load_speed_factors(self._model.spec, self._hardware, True)
             hardware = self._with_kernels()
-            if self._cancelled:
+            if self._cancels.cancelled:
                 raise EngineCancelledError("cancelled while timing this CPU's kernels")
             predicted = predict_every_count(
                 self._model.spec, self._settings, hardware, self._plan, self._slo, self._factors
@@ -177,15 +173,10 @@ class UsersThread(QThread):
     def _with_kernels(self) -> Hardware:
         """Return the hardware with this CPU's kernel rates (timed now where missing)."""
 
-        def cancel_ready(stop: Callable[[], None]) -> None:
-            self._cancel_kernels.append(stop)
-            if self._cancelled:  # cancelled before the child started
-                stop()
-
         return with_kernels(
             self._model.spec,
             self._settings,
             self._hardware,
             on_step=self.progress.emit,
-            on_cancel_ready=cancel_ready,
+            on_cancel_ready=self._cancels.add,
         )
