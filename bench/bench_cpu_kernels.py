@@ -1,7 +1,7 @@
 """Time this CPU's kernels for every weight type and attention kernel of the speed sweep.
 
 Run: ``.venv/bin/python -m bench.bench_cpu_kernels --out KERNELS.json [--threads 1]
-[--clock cpu]``. Writes :class:`app.hardware.kernels.KernelRates` as JSON: what
+[--clock cpu] [--shapes-of FOLDER]``. Writes :class:`app.hardware.kernels.KernelRates` as JSON: what
 :mod:`bench.bench_speed_model` reads with ``--kernels`` (the file of docs/benchmarks.md,
 section users, is ``bench/data/cpu_kernels_1thread_*.json``).
 
@@ -28,6 +28,10 @@ TYPES = (
 )  # fmt: skip
 REPACK = ("Q4_0", "Q4_K", "IQ4_NL", "MXFP4")
 ATTENTION = (("F16", 64), ("F16", 256), ("Q8_0", 64), ("Q8_0", 256))
+"""With ``--shapes-of FOLDER`` it also times the (type, row length) pairs the GGUF files of
+FOLDER need, as the app times a model's own (:func:`app.predict.speed.kernel_needs`): a
+product's cost per weight depends on its row length too, and the sweep's models have rows of
+576–2048 weights (SmolLM2's 576 and 1536, Gemma 3's 640, 1024 and 2048)."""
 TOKENS = (1, 2, 4, 8, 16, 64, 128, 512)
 
 
@@ -44,6 +48,7 @@ def main() -> None:
         default="auto",
         help="weights in llama.cpp's AMX/CPU_REPACK buffers (auto: as ggtune plans here)",
     )
+    ap.add_argument("--shapes-of", type=Path, default=None, metavar="FOLDER")
     args = ap.parse_args()
     if args.repack == "auto":
         from app.hardware.devices import Device
@@ -55,8 +60,11 @@ def main() -> None:
         extra = args.repack == "on"
     if args.out.exists():
         sys.exit(f"{args.out} exists: give another name (nothing is overwritten)")
+    shapes: list[tuple[str, int] | str] = list(TYPES)
+    if args.shapes_of is not None:
+        shapes += model_shapes(args.shapes_of, extra)
     rates = kernel_bench(
-        TYPES,
+        shapes,
         n_tokens=TOKENS,
         n_threads=args.threads,
         repack=REPACK,
@@ -74,6 +82,29 @@ def main() -> None:
         f"{rates.seconds:.0f} s, {rates.node_us:.2f} µs per node, load {rates.loadavg}",
         file=sys.stderr,
     )
+
+
+def model_shapes(folder: Path, extra_buffers: bool) -> list[tuple[str, int]]:
+    """Return the (type, row length) pairs the GGUF files of ``folder`` need on this CPU with
+    the default settings (not 2048 wide, which :data:`TYPES` times anyway)."""
+    from app.hardware.devices import Device, Hardware
+    from app.hardware.probe import local_cpu_flags
+    from app.model.gguf_reader import read_model
+    from app.model.spec import model_spec
+    from app.predict.speed import kernel_needs
+    from app.settings import Settings
+
+    hw = Hardware(host=Device("CPU", "host", 24 * 2**30, cpu_flags=local_cpu_flags()))
+    settings = Settings(repack=extra_buffers)
+    found: set[tuple[str, int]] = set()
+    for path in sorted(folder.glob("*.gguf")):
+        try:
+            spec = model_spec(read_model(path))
+        except Exception as exc:  # a file the reader cannot read: say so, go on
+            print(f"{path.name}: {exc}", file=sys.stderr)
+            continue
+        found |= kernel_needs(spec, settings, hw).shapes
+    return sorted(s for s in found if s[1] != 2048 or s[0] not in TYPES)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,12 @@ ggml library llama-cpp-python ships (ctypes; llama-cpp-python binds none of it):
 
 * per type, row length and token count, a graph of ``y_i = mul_mat(W_i, x)`` over enough
   weight matrices (4 M weights each, rows of the model's lengths) that they do not fit in
-  the CPU's caches (≥ 96 MiB for up
-  to 8 tokens, as a model's weights stream from RAM), built and computed on the CPU
-  backend with ``n_threads`` exactly as llama.cpp computes a model's graph; the weights
-  go into the ``CPU_REPACK`` buffer for the types the caller says llama.cpp repacks;
+  the CPU's caches, as a model's weights stream from RAM (:func:`stream_plan`: up to 31
+  tokens, at least 96 MiB and four times the last-level cache; up to 255, twice that
+  cache; from 256 on, where a product is compute-bound, one or two matrices), built and
+  computed on the CPU backend with ``n_threads`` exactly as llama.cpp computes a model's
+  graph; the weights go into the ``CPU_REPACK`` buffer for the types the caller says
+  llama.cpp repacks;
 * the per-node cost of the graph itself (a chain of tiny ops: the threads' barrier
   between two nodes), which a 135M model's ~600 nodes per token pay too.
 
@@ -62,10 +64,21 @@ DEFAULT_COLUMNS: Final = 2048
 """Row length (``ne0``) timed when the caller names only a type."""
 
 STREAM_BYTES: Final = 96 * 2**20
-"""Weights per graph for small token counts: more than a desktop CPU's last-level cache, so
-the weights come from RAM as a model's do."""
+"""Least weights per graph below ``LARGE_BATCH`` tokens: more than a desktop CPU's
+last-level cache, so the weights come from RAM as a model's do."""
+
+STREAM_CACHE_MULTIPLE: Final = 4
+"""Below ``LARGE_BATCH`` tokens a graph streams this many times the last-level cache (a
+server CPU's, 100–500 MiB, holds 96 MiB: its rounds then warm up and time the cache)."""
+
+MAX_STREAM_BYTES: Final = 3 * 2**29
+"""At most 1.5 GiB of test weights (and at most a quarter of the available memory)."""
 
 LARGE_BATCH: Final = 32
+"""From this many tokens on a product reads each weight for many tokens: twice the
+last-level cache suffices (an AMX or wide-SIMD CPU is still bandwidth-bound at 64)."""
+
+COMPUTE_BATCH: Final = 256
 """From this many tokens on a product is compute-bound: one or two matrices suffice."""
 
 ROUNDS: Final = 5
@@ -97,6 +110,36 @@ class KernelRequest:
     extra_buffers: bool = True
     """Weights in llama.cpp's AMX or CPU_REPACK buffer where a loaded model's would be;
     False: the plain CPU buffer for every type (``--no-repack``)."""
+    stream_bytes: int = STREAM_BYTES
+    """Weights per graph below ``LARGE_BATCH`` tokens (:func:`stream_plan`)."""
+    cache_bytes: int = 0
+    """The last-level cache: graphs of ``LARGE_BATCH``…``COMPUTE_BATCH`` tokens read twice
+    as much (0: unknown, one or two matrices)."""
+
+
+def stream_plan(cache_bytes: int | None, available_bytes: int | None) -> int:
+    """Return the weights per graph of the few-token products on a CPU whose last-level cache
+    is ``cache_bytes`` with ``available_bytes`` of free memory (either ``None``: unknown).
+
+    ``STREAM_CACHE_MULTIPLE`` times the cache, at least ``STREAM_BYTES``, at most
+    ``MAX_STREAM_BYTES`` and a quarter of the available memory (never under
+    ``STREAM_BYTES``, what every earlier timing used).
+    """
+    want = STREAM_CACHE_MULTIPLE * cache_bytes if cache_bytes else STREAM_BYTES
+    cap = MAX_STREAM_BYTES
+    if available_bytes is not None:
+        cap = min(cap, available_bytes // 4)
+    return max(STREAM_BYTES, min(want, cap))
+
+
+def matrices_for(n_tokens: int, n_stream: int, item_bytes: int, cache_bytes: int) -> int:
+    """Return how many of ``n_stream`` matrices (or attention layers) of ``item_bytes`` each
+    one graph of ``n_tokens`` tokens uses (see the module's first point)."""
+    if n_tokens < LARGE_BATCH:
+        return n_stream
+    if n_tokens < COMPUTE_BATCH and cache_bytes > 0:
+        return min(n_stream, max(2, math.ceil(2 * cache_bytes / max(1, item_bytes))))
+    return max(1, min(2, n_stream))
 
 
 # --- the child ----------------------------------------------------------------------
@@ -262,6 +305,8 @@ def _time_type(
     n_tokens: Sequence[int],
     rounds: int,
     rng: Any,
+    stream_bytes: int = STREAM_BYTES,
+    cache_bytes: int = 0,
 ) -> list[tuple[int, list[float]]]:
     """Return per token count the seconds per weight of each round."""
     import numpy as np
@@ -269,7 +314,7 @@ def _time_type(
     tid = _type_id(type_name)
     rows = _matrix_rows(cols)
     data = _weights(g, tid, cols, rng)
-    n_stream = max(1, math.ceil(STREAM_BYTES / len(data)))
+    n_stream = max(1, math.ceil(stream_bytes / len(data)))
     results = []
     wctx = g.context(n_stream)
     mats = [g.new_tensor_2d(wctx, tid, cols, rows) for _ in range(n_stream)]
@@ -280,7 +325,7 @@ def _time_type(
         for w in mats:
             g.tensor_set(w, data, 0, len(data))
         for n in n_tokens:
-            used = mats if n < LARGE_BATCH else mats[: max(1, min(2, n_stream))]
+            used = mats[: matrices_for(n, n_stream, len(data), cache_bytes)]
             xctx = g.context(1)
             x = g.new_tensor_2d(xctx, 0, cols, n)  # GGML_TYPE_F32 activations
             xbuf = g.alloc_ctx_tensors(xctx, backend)
@@ -313,14 +358,16 @@ def _time_attention(
     head_dim: int,
     n_tokens: Sequence[int],
     rounds: int,
+    stream_bytes: int = STREAM_BYTES,
+    cache_bytes: int = 0,
 ) -> list[AttentionTiming]:
     """Time ``ggml_flash_attn_ext`` over ``ATTENTION_KV`` cells of ``kv_type``, one layer
-    per graph node, enough layers that the cache streams from RAM for few tokens."""
+    per graph node, enough layers that the cache streams from RAM (:func:`matrices_for`)."""
     import numpy as np
 
     tid = _type_id(kv_type)
     kv_bytes = 2 * g.row_size(tid, head_dim) * ATTENTION_KV * ATTENTION_HEADS
-    n_layers = max(1, math.ceil(STREAM_BYTES / kv_bytes))
+    n_layers = max(1, math.ceil(stream_bytes / kv_bytes))
     kctx = g.context(2 * n_layers)
     ks = [
         g.new_tensor_3d(kctx, tid, head_dim, ATTENTION_KV, ATTENTION_HEADS) for _ in range(n_layers)
@@ -346,7 +393,7 @@ def _time_attention(
         for t in (*ks, *vs):
             g.tensor_set(t, blob.raw, 0, size)
         for n in n_tokens:
-            used = n_layers if n < LARGE_BATCH else 1
+            used = matrices_for(n, n_layers, kv_bytes, cache_bytes)
             qctx = g.context(used)
             qs = [g.new_tensor_3d(qctx, 0, head_dim, n, ATTENTION_HEADS) for _ in range(used)]
             qbuf = g.alloc_ctx_tensors(qctx, backend)
@@ -552,8 +599,9 @@ def kernel_child(request: KernelRequest, channel: ChildChannel) -> None:
             )
             buft = amx if use_amx else repack if use_repack else cpu
             for n, per_weight in _time_type(
-                g, backend, buft, name, cols, request.n_tokens, request.rounds, rng
-            ):
+                g, backend, buft, name, cols, request.n_tokens, request.rounds, rng,
+                request.stream_bytes, request.cache_bytes,
+            ):  # fmt: skip
                 ns = tuple(s * 1e9 for s in per_weight)
                 timings.append(
                     KernelTiming(
@@ -565,8 +613,9 @@ def kernel_child(request: KernelRequest, channel: ChildChannel) -> None:
         for kv_type, head_dim in request.attention:
             channel.step(f"timing attention over a {kv_type} cache")
             attention += _time_attention(
-                g, backend, kv_type, head_dim, request.attention_tokens, request.rounds
-            )
+                g, backend, kv_type, head_dim, request.attention_tokens, request.rounds,
+                request.stream_bytes, request.cache_bytes,
+            )  # fmt: skip
         channel.step("timing llama.cpp's cost per graph node")
         node_us, decode_us, nodes_per_layer = _decode_overhead(channel, request.n_threads)
     finally:
@@ -584,6 +633,8 @@ def kernel_child(request: KernelRequest, channel: ChildChannel) -> None:
             buffer_types=tuple(bufts),
             seconds=time.perf_counter() - t_start,
             loadavg=read_loadavg(),
+            stream_bytes=request.stream_bytes,
+            cache_bytes=request.cache_bytes,
         )
     )
 
@@ -601,6 +652,8 @@ def kernel_bench(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     on_cancel_ready: Callable[[Callable[[], None]], None] | None = None,
     extra_buffers: bool = True,
+    cache_bytes: int | None = None,
+    available_bytes: int | None = None,
 ) -> KernelRates:
     """Time llama.cpp's matrix products on this CPU for ``shapes``: (weight type, row length)
     pairs such as ``("Q4_K", 2048)``, or a type alone (``"F16"``: rows of 2048).
@@ -610,13 +663,22 @@ def kernel_bench(
     repack_type_names`); on a CPU with AMX the types and widths its buffer takes sit there
     (:func:`app.predict.estimate.amx_takes`). ``extra_buffers`` False uses neither.
     ``on_cancel_ready`` receives a function that kills the child (any thread may call it;
-    the run then raises EngineCancelledError). Raises :class:`~app.errors.EngineError`
-    subclasses when the child fails.
+    the run then raises EngineCancelledError). ``cache_bytes`` and ``available_bytes``
+    size the streamed weights (:func:`stream_plan`; None: this machine's, from
+    :func:`app.hardware.host.last_level_cache_bytes` and the host probe). Raises
+    :class:`~app.errors.EngineError` subclasses when the child fails.
     """
     assert n_threads >= 1, f"n_threads must be ≥ 1, got {n_threads}"
     assert all(n >= 1 for n in n_tokens), f"token counts must be ≥ 1, got {n_tokens}"
     assert clock in ("wall", "cpu"), f"clock must be wall or cpu, got {clock!r}"
     pairs = tuple((s, DEFAULT_COLUMNS) if isinstance(s, str) else s for s in shapes)
+    if cache_bytes is None or available_bytes is None:
+        from app.hardware.host import last_level_cache_bytes, probe_host
+
+        if cache_bytes is None:
+            cache_bytes = last_level_cache_bytes() or 0
+        if available_bytes is None:
+            available_bytes = probe_host().ram_available_bytes
     request = KernelRequest(
         pairs,
         tuple(n_tokens),
@@ -627,6 +689,8 @@ def kernel_bench(
         tuple(attention_tokens),
         clock,
         extra_buffers,
+        stream_plan(cache_bytes, available_bytes),
+        cache_bytes,
     )
     worker = EngineWorker(kernel_child, request, timeout_s=timeout_s)
     if on_cancel_ready is not None:

@@ -149,3 +149,47 @@ def probe_host(
         swap_total_bytes=swap_total,
         swap_free_bytes=swap_free,
     )
+
+
+def parse_cache_size(text: str) -> int | None:
+    """Return bytes of a sysfs cache ``size`` (``"32768K"``, ``"8M"``, ``"491520K"``)."""
+    value = text.strip().upper()
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(value[-1:], 1)
+    digits = value.rstrip("KMG")
+    return int(digits) * scale if digits.isdigit() and int(digits) > 0 else None
+
+
+def last_level_cache_bytes(
+    *,
+    cache_dir: str | os.PathLike[str] = "/sys/devices/system/cpu/cpu0/cache",
+    run: CommandRunner = run_command,
+    system: str | None = None,
+) -> int | None:
+    """Return the size of the CPU's largest cache (its last level), or ``None`` unknown.
+
+    Linux: the highest ``level`` under ``/sys/devices/system/cpu/cpu0/cache/index*``
+    (data or unified); macOS: sysctl ``hw.l3cachesize``, else ``hw.l2cachesize``
+    (Apple Silicon has no L3 the OS reports). What a VM reports is the host's whole cache,
+    which it shares with other guests.
+    """
+    system = system or platform.system()
+    if system == "Darwin":
+        for name in ("hw.l3cachesize", "hw.l2cachesize"):
+            value = sysctl(run, name)
+            if value and value.isdigit() and int(value) > 0:
+                return int(value)
+        return None
+    best: tuple[int, int] | None = None
+    try:
+        entries = sorted(Path(cache_dir).glob("index*"))
+    except OSError:
+        return None
+    for entry in entries:
+        kind = (read_text(entry / "type") or "").strip()
+        level = (read_text(entry / "level") or "").strip()
+        size = parse_cache_size(read_text(entry / "size") or "")
+        if kind == "Instruction" or not level.isdigit() or size is None:
+            continue
+        if best is None or (int(level), size) > best:
+            best = (int(level), size)
+    return best[1] if best else None

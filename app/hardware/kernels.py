@@ -24,7 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-CACHE_VERSION: Final = 1
+CACHE_VERSION: Final = 2
+"""2: few-token products stream more than the CPU's last-level cache (a cache of version 1
+timed 96 MiB, which a server CPU's cache holds: too fast), so version-1 timings are redone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,11 @@ class KernelRates:
     loadavg: tuple[float, float, float] | None = None
     measured_at: str = ""
     machine_key: str = ""
+    stream_bytes: int = 0
+    """Weights per graph of the few-token products (they stream from RAM as a model's do);
+    0 in files written before it was recorded (96 MiB then)."""
+    cache_bytes: int = 0
+    """The CPU's last-level cache the timing assumed (0: unknown)."""
 
     def types(self) -> frozenset[str]:
         """Return the weight types measured (lower case)."""
@@ -178,6 +185,8 @@ class KernelRates:
             loadavg=(float(load[0]), float(load[1]), float(load[2])) if load else None,
             measured_at=str(data.get("measured_at", "")),
             machine_key=str(data.get("machine_key", "")),
+            stream_bytes=int(data.get("stream_bytes", 0)),
+            cache_bytes=int(data.get("cache_bytes", 0)),
         )
 
     def merged(self, other: KernelRates) -> KernelRates:
@@ -199,6 +208,8 @@ class KernelRates:
             loadavg=other.loadavg,
             measured_at=other.measured_at,
             machine_key=other.machine_key or self.machine_key,
+            stream_bytes=other.stream_bytes,
+            cache_bytes=other.cache_bytes,
         )
 
 

@@ -504,3 +504,62 @@ def test_a_detected_nvidia_gpu_gets_its_profiles_int8_rate() -> None:
     assert report.to_hardware().gpus[0].int8_tops == 660.6
     unknown = GpuInfo("nvidia", 0, "CUDA0", "NVIDIA Some Future GPU", total_bytes=8 * GIB)
     assert _with_profile_figures((unknown,), load_profiles())[0].int8_tops is None
+
+
+# --- the last-level cache (what the kernel timing must stream past) ---------------------
+
+
+def _cache_index(root: Path, n: int, level: int, kind: str, size: str) -> None:
+    d = root / f"index{n}"
+    d.mkdir(parents=True)
+    (d / "level").write_text(f"{level}\n")
+    (d / "type").write_text(f"{kind}\n")
+    (d / "size").write_text(f"{size}\n")
+
+
+def test_sysfs_cache_sizes_parse_with_their_units() -> None:
+    from app.hardware.host import parse_cache_size
+
+    assert parse_cache_size("32K\n") == 32 * 1024
+    assert parse_cache_size("8192K") == 8 * MIB
+    assert parse_cache_size("491520K") == 480 * MIB  # a server's L3 as a VM reports it
+    assert parse_cache_size("2M") == 2 * MIB
+    assert parse_cache_size("") is None
+    assert parse_cache_size("0K") is None
+    assert parse_cache_size("lots") is None
+
+
+def test_the_last_level_cache_is_the_highest_data_or_unified_level(tmp_path: Path) -> None:
+    from app.hardware.host import last_level_cache_bytes
+
+    _cache_index(tmp_path, 0, 1, "Data", "32K")
+    _cache_index(tmp_path, 1, 1, "Instruction", "64M")  # never the instruction cache
+    _cache_index(tmp_path, 2, 2, "Unified", "512K")
+    _cache_index(tmp_path, 3, 3, "Unified", "8192K")
+    assert last_level_cache_bytes(cache_dir=tmp_path, system="Linux") == 8 * MIB
+    # no tree, or one with unreadable sizes: unknown, never a guess
+    assert last_level_cache_bytes(cache_dir=tmp_path / "absent", system="Linux") is None
+    bad = tmp_path / "bad"
+    _cache_index(bad, 0, 3, "Unified", "huge")
+    assert last_level_cache_bytes(cache_dir=bad, system="Linux") is None
+
+
+def test_on_this_machine_the_last_level_cache_is_what_sysfs_says() -> None:
+    from app.hardware.host import last_level_cache_bytes
+
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    if platform.system() != "Linux" or not root.exists():
+        pytest.skip("no sysfs cache tree here")
+    found = last_level_cache_bytes()
+    assert found is not None
+    assert found >= 256 * 1024  # every x86/ARM server has that much
+
+
+def test_a_mac_reports_its_l3_or_else_its_l2() -> None:
+    from app.hardware.host import last_level_cache_bytes
+
+    intel = FakeMac({"hw.l3cachesize": str(12 * MIB), "hw.l2cachesize": str(MIB)})
+    assert last_level_cache_bytes(run=intel, system="Darwin") == 12 * MIB
+    apple = FakeMac({"hw.l2cachesize": str(4 * MIB)})  # Apple Silicon: no L3 reported
+    assert last_level_cache_bytes(run=apple, system="Darwin") == 4 * MIB
+    assert last_level_cache_bytes(run=FakeMac({}), system="Darwin") is None

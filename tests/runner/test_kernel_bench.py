@@ -11,10 +11,16 @@ import pytest
 
 from app.errors import EngineCancelledError
 from app.hardware.bandwidth import machine_key
-from app.hardware.host import probe_host
+from app.hardware.host import last_level_cache_bytes, probe_host
 from app.hardware.kernels import cached_rates
 from app.predict.speed import KernelNeeds
-from runner.kernel_bench import ensure_rates, kernel_bench, write_probe_model
+from runner.kernel_bench import (
+    MAX_STREAM_BYTES,
+    STREAM_BYTES,
+    ensure_rates,
+    kernel_bench,
+    write_probe_model,
+)
 from tests.engine_host import ENGINE_REPACK
 
 pytestmark = pytest.mark.engine
@@ -51,6 +57,11 @@ def test_products_attention_and_nodes_are_timed() -> None:
     assert rates.probe_nodes_per_layer == 31  # the tiny Llama's graph: 31 nodes a layer
     assert rates.clock == "cpu"
     assert "CPU_REPACK" in rates.buffer_types
+    # the few-token graphs streamed past this CPU's last-level cache, and say so
+    cache = last_level_cache_bytes() or 0
+    assert rates.cache_bytes == cache
+    assert STREAM_BYTES <= rates.stream_bytes <= MAX_STREAM_BYTES
+    assert rates.stream_bytes >= min(4 * cache, MAX_STREAM_BYTES // 2)
 
 
 def test_the_probe_model_is_a_llama_llama_cpp_loads(tmp_path: Path) -> None:
