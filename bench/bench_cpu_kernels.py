@@ -1,9 +1,9 @@
 """Time this CPU's kernels for every weight type and attention kernel of the speed sweep.
 
 Run: ``.venv/bin/python -m bench.bench_cpu_kernels --out KERNELS.json [--threads 1]
-[--clock cpu] [--shapes-of FOLDER]``. Writes :class:`app.hardware.kernels.KernelRates` as JSON: what
-:mod:`bench.bench_speed_model` reads with ``--kernels`` (the file of docs/benchmarks.md,
-section users, is ``bench/data/cpu_kernels_1thread_*.json``).
+[--clock cpu] [--shapes-of FOLDER]``. Writes :class:`app.hardware.kernels.KernelRates` as
+JSON: what :mod:`bench.bench_speed_model` reads with ``--kernels`` (the file of
+docs/benchmarks.md, section users, is ``bench/data/cpu_kernels_1thread_*.json``).
 
 The types are those of every quant level ``llama_model_quantize`` makes of the two demo
 models (the 19 of :data:`TYPES`; TQ2_0 was missing from the first file, timed on
@@ -13,6 +13,11 @@ sharing a product; the types llama.cpp repacks on an AVX-512 CPU go into its
 with heads of 64 (SmolLM2) and 256 (Gemma 3), five rounds each (the median is kept). It
 runs in a child process (:func:`runner.kernel_bench.kernel_bench`); about 17 minutes at
 one thread on the 2-core EPYC of docs/benchmarks.md.
+
+With ``--shapes-of FOLDER`` it also times the (type, row length) pairs the GGUF files of
+FOLDER need, as the app times a model's own (:func:`app.predict.speed.kernel_needs`): a
+product's cost per weight depends on its row length too, and the sweep's models have rows
+of 576–2048 weights (SmolLM2's 576 and 1536, Gemma 3's 640, 1024 and 2048).
 """
 
 from __future__ import annotations
@@ -28,10 +33,6 @@ TYPES = (
 )  # fmt: skip
 REPACK = ("Q4_0", "Q4_K", "IQ4_NL", "MXFP4")
 ATTENTION = (("F16", 64), ("F16", 256), ("Q8_0", 64), ("Q8_0", 256))
-"""With ``--shapes-of FOLDER`` it also times the (type, row length) pairs the GGUF files of
-FOLDER need, as the app times a model's own (:func:`app.predict.speed.kernel_needs`): a
-product's cost per weight depends on its row length too, and the sweep's models have rows of
-576–2048 weights (SmolLM2's 576 and 1536, Gemma 3's 640, 1024 and 2048)."""
 TOKENS = (1, 2, 4, 8, 16, 64, 128, 512)
 
 

@@ -122,8 +122,8 @@ def stream_plan(cache_bytes: int | None, available_bytes: int | None) -> int:
     is ``cache_bytes`` with ``available_bytes`` of free memory (either ``None``: unknown).
 
     ``STREAM_CACHE_MULTIPLE`` times the cache, at least ``STREAM_BYTES``, at most
-    ``MAX_STREAM_BYTES`` and a quarter of the available memory (never under
-    ``STREAM_BYTES``, what every earlier timing used).
+    ``MAX_STREAM_BYTES`` and a quarter of the available memory, but never under
+    ``STREAM_BYTES`` (what every earlier timing used).
     """
     want = STREAM_CACHE_MULTIPLE * cache_bytes if cache_bytes else STREAM_BYTES
     cap = MAX_STREAM_BYTES
@@ -725,7 +725,8 @@ def ensure_rates(
     from app.hardware.bandwidth import machine_key
     from app.hardware.host import probe_host
 
-    key = machine_key(probe_host())
+    host = probe_host()
+    key = machine_key(host)
     if rates is None:
         rates = cached_rates(key, n_threads, cache_dir=cache_dir)
     missing = needs.missing(rates)
@@ -742,5 +743,6 @@ def ensure_rates(
         timeout_s=timeout_s,
         on_cancel_ready=on_cancel_ready,
         extra_buffers=needs.extra_buffers,
+        available_bytes=host.ram_available_bytes,
     )
     return store_rates(dataclasses.replace(measured, machine_key=key), cache_dir=cache_dir)

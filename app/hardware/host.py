@@ -156,7 +156,8 @@ def parse_cache_size(text: str) -> int | None:
     value = text.strip().upper()
     scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(value[-1:], 1)
     digits = value.rstrip("KMG")
-    return int(digits) * scale if digits.isdigit() and int(digits) > 0 else None
+    size = int(digits) * scale if digits.isdigit() else 0
+    return size or None
 
 
 def last_level_cache_bytes(

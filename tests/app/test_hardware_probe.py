@@ -544,12 +544,14 @@ def test_the_last_level_cache_is_the_highest_data_or_unified_level(tmp_path: Pat
     assert last_level_cache_bytes(cache_dir=bad, system="Linux") is None
 
 
-def test_on_this_machine_the_last_level_cache_is_what_sysfs_says() -> None:
+def test_on_this_machine_the_last_level_cache_is_what_the_os_says() -> None:
     from app.hardware.host import last_level_cache_bytes
 
-    root = Path("/sys/devices/system/cpu/cpu0/cache")
-    if platform.system() != "Linux" or not root.exists():
-        pytest.skip("no sysfs cache tree here")
+    system = platform.system()
+    if system == "Linux" and not Path("/sys/devices/system/cpu/cpu0/cache").exists():
+        pytest.skip("this Linux has no sysfs cache tree (some containers hide it)")
+    if system not in ("Linux", "Darwin"):
+        pytest.skip(f"no cache probe on {system}: the timing keeps its 96 MiB")
     found = last_level_cache_bytes()
     assert found is not None
     assert found >= 256 * 1024  # every x86/ARM server has that much
