@@ -281,17 +281,21 @@ class EngineWorker(Generic[RequestT]):
         os.close(fd)
         receiver, sender = self._ctx.Pipe(duplex=False)
         self._conn = receiver
-        self._process = self._ctx.Process(
-            target=_child_main,
-            args=(self._target, self._request, sender, self._capture_path),
-            name="ggtune-engine",
-            daemon=True,
-        )
-        try:
-            self._process.start()
-        finally:
-            # Only the child holds the sending end now: its death reads as EOF here.
-            sender.close()
+        # under the kill lock: a cancel from another thread while the child spawns (tens of
+        # ms, the Process not yet started: terminate() would raise) waits for it, then
+        # stops it; wait() then reports the cancel
+        with self._kill_lock:
+            self._process = self._ctx.Process(
+                target=_child_main,
+                args=(self._target, self._request, sender, self._capture_path),
+                name="ggtune-engine",
+                daemon=True,
+            )
+            try:
+                self._process.start()
+            finally:
+                # Only the child holds the sending end now: its death reads as EOF here.
+                sender.close()
 
     def run(self) -> ChildRun:
         """Start the child and wait for it; see :meth:`wait`."""

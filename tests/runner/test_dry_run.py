@@ -509,6 +509,41 @@ def test_cancel_from_another_thread_is_quick() -> None:
     assert cancel_took[0] < 1.0
 
 
+def test_a_cancel_while_the_child_spawns_stops_it_and_raises_nothing_there() -> None:
+    # A GUI pausing a background run may cancel while start() is still spawning the child
+    # (tests/ui/desktop/test_kernel_timing.py hit it: AttributeError from terminate() in
+    # the Qt event loop). Cancel over and over from the moment run() begins.
+    for _ in range(3):
+        worker = EngineWorker(sleep_target, 60.0, timeout_s=120)
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def hammer(
+            w: EngineWorker[float] = worker,
+            stop: threading.Event = stop,
+            errors: list[BaseException] = errors,
+        ) -> None:
+            while not stop.is_set():
+                try:
+                    w.cancel()
+                except BaseException as exc:  # what the GUI thread would have raised
+                    errors.append(exc)
+                    return
+
+        thread = threading.Thread(target=hammer)
+        thread.start()
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(EngineCancelledError):
+                worker.run()
+        finally:
+            stop.set()
+            thread.join()
+        assert errors == []
+        assert time.monotonic() - t0 < 30
+    assert leftover_children() == []
+
+
 def test_cancel_a_real_dry_run(gemma_path: Path) -> None:
     started = threading.Event()
 

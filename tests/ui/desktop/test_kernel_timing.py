@@ -62,6 +62,10 @@ def test_new_machine_times_the_kernels_in_the_background_and_the_figure_moves(
     window = open_window(qtbot, qsettings, smollm_path)
     timing = window.kernel_timing
     assert timing is not None
+    # every start/end from now on: the timing may start (its 1.5 s rest) while the Hardware
+    # tab below still probes, before a waitSignal there would be listening
+    timing_events: list[bool] = []
+    timing.timing.connect(timing_events.append)
     assert window.hardware.local is not None
     assert window.hardware.local.host.kernels is None
     before = settled_summary(qtbot, window)
@@ -80,9 +84,8 @@ def test_new_machine_times_the_kernels_in_the_background_and_the_figure_moves(
     assert needs.shapes  # SmolLM2's Q8_0 products at least
 
     # it starts by itself once the settings rest; the line and the status bar say so
-    with qtbot.waitSignal(timing.timing, timeout=30_000) as started:
-        pass
-    assert started.args == [True]
+    qtbot.waitUntil(lambda: bool(timing_events), timeout=30_000)
+    assert timing_events == [True]
     assert window.statusBar().currentMessage() == KERNELS_MESSAGE
     qtbot.waitUntil(
         lambda: "timing them now…" in window.memory_panel.speed_label.text(), timeout=5_000
