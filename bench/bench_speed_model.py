@@ -71,10 +71,12 @@ def read_text(path: Path) -> str:
     return path.read_text()
 
 
-def points_of(record: dict[str, Any], spec: ModelSpec, hw: Hardware, clock: str) -> list[Point]:
+def points_of(
+    record: dict[str, Any], spec: ModelSpec, hw: Hardware, clock: str, *, rounds: bool = False
+) -> list[Point]:
     """Return the measured points of one sweep run (see the module doc): with repetitions,
     one point per figure, the median of its rounds (the lower middle one for an even
-    count)."""
+    count); ``rounds``: every round's point instead."""
     file = record["file"]
     model, _, quant = file.removesuffix(".gguf").rpartition("-")
     load = (record.get("loadavg_before") or [math.nan])[0]
@@ -92,20 +94,43 @@ def points_of(record: dict[str, Any], spec: ModelSpec, hw: Hardware, clock: str)
             out.append(Point(file, model, quant, "ttft", m.depth, m.n_users, ttft, m, load))
         else:
             out.append(Point(file, model, quant, "prefill", m.depth, 1, m.tok_per_s, m, load))
-    return median_rounds(out)
+    return out if rounds else median_rounds(out)
+
+
+def _round_groups(points: Sequence[Point]) -> list[list[Point]]:
+    """Return ``points`` (one run's) grouped by figure: (what, depth, users, tokens)."""
+    groups: dict[tuple[str, int, int, int], list[Point]] = {}
+    for p in points:
+        key = (p.what, p.depth, p.n_users, p.measurement.n_tokens)
+        groups.setdefault(key, []).append(p)
+    return list(groups.values())
 
 
 def median_rounds(points: Sequence[Point]) -> list[Point]:
     """Return one point per (figure, depth, users, tokens) of ``points``: the median
     measurement of its repetitions (``statistics.median_low``), in first-seen order."""
-    groups: dict[tuple[str, int, int, int], list[Point]] = {}
-    for p in points:
-        key = (p.what, p.depth, p.n_users, p.measurement.n_tokens)
-        groups.setdefault(key, []).append(p)
     out = []
-    for group in groups.values():
+    for group in _round_groups(points):
         middle = statistics.median_low(p.measured for p in group)
         out.append(next(p for p in group if p.measured == middle))
+    return out
+
+
+def round_spread(points: Sequence[Point]) -> dict[str, list[float]]:
+    """Return per figure (decode, ttft) how far each other round of one run's
+    repetitions lies from the run's median round (signed, other / median − 1).
+
+    What a prediction that knew each figure's median exactly would still show against a
+    single round: the noise floor of one round on this machine, in the errors' units."""
+    out: dict[str, list[float]] = {}
+    for group in _round_groups(points):
+        if len(group) < 2:
+            continue
+        middle = statistics.median_low(p.measured for p in group)
+        chosen = next(p for p in group if p.measured == middle)
+        out.setdefault(chosen.what, []).extend(
+            p.measured / middle - 1.0 for p in group if p is not chosen
+        )
     return out
 
 
@@ -163,6 +188,7 @@ def main() -> None:
     hw = Hardware(host=host)
     specs: dict[str, ModelSpec] = {}
     points: list[Point] = []
+    spread: dict[str, list[float]] = {}
     lines = [line for path in args.sweep for line in read_text(path).splitlines()]
     for line in lines:
         record = json.loads(line)
@@ -175,7 +201,10 @@ def main() -> None:
             except Exception as exc:  # a file the reader cannot read: say so, go on
                 print(f"{f}: {exc}", file=sys.stderr)
                 continue
-        points += points_of(record, specs[f], hw, args.clock)
+        every = points_of(record, specs[f], hw, args.clock, rounds=True)
+        points += median_rounds(every)
+        for what, values in round_spread(every).items():
+            spread.setdefault(what, []).extend(values)
     base = SpeedFactors()
     regimes: dict[str, dict[int, float]] = {"uncalibrated": {}}
     for i, p in enumerate(points):
@@ -201,6 +230,12 @@ def main() -> None:
                 if p.model == model:
                     lomo[i] = error(p, predicted(p, fit))
         regimes["calibrated, leave one model out"] = lomo
+    for what in ("decode", "ttft"):
+        if spread.get(what):
+            a = [abs(e) for e in spread[what]]
+            print(f"noise floor, {what}: one round against its run's median round: median "
+                  f"{100 * statistics.median(a):.1f}%, p75 {100 * _pct(a, 0.75):.1f}%, "
+                  f"p90 {100 * _pct(a, 0.9):.1f}% ({len(a)} rounds)", file=sys.stderr)  # fmt: skip
     if args.rows:
         for i, p in enumerate(points):
             errs = ", ".join(f"{k}: {100 * v[i]:+.0f}%" for k, v in regimes.items())
@@ -282,7 +317,7 @@ def print_markdown(points: Sequence[Point], regimes: dict[str, dict[int, float]]
             n = sum(1 for p in points if p.what == "decode" and _group(p, key) == v)
             print(f"| {v} | {n} | " + " | ".join(cells) + " |")
         print()
-    print("Per file (median |error| of its decode / TTFT points):\n")
+    print("Per file (median signed error of its decode / TTFT points):\n")
     print("| model | quant | " + " | ".join(f"decode: {n}" for n in names) + " | "
           + " | ".join(f"TTFT: {n}" for n in names) + " |")  # fmt: skip
     print("|---|---|" + "--:|" * (2 * len(names)))

@@ -54,3 +54,33 @@ def test_the_judge_takes_the_median_round_of_repetitions(smollm_path: Path) -> N
     repeated = points_of({**record, "rounds": [slow, one, fast], "fill": []}, spec, hw, "cpu")
     assert sorted(p.what for p in repeated) == ["decode", "ttft"]
     assert [(p.what, p.measured) for p in repeated] == [(p.what, p.measured) for p in plain]
+
+
+def test_the_noise_floor_is_each_other_round_against_the_median_one(smollm_path: Path) -> None:
+    # the same run's 1-user round three times, at 1.5x, 1x and 0.8x the time of every
+    # step: the median round is the 1x one, and the other two lie +50 % and -20 % off it
+    # in TTFT (seconds) and -33 % and +25 % in decode (tok/s)
+    from app.hardware.devices import Device, Hardware
+    from app.model.gguf_reader import read_model
+    from app.model.spec import model_spec
+    from bench.bench_speed_model import median_rounds, points_of, read_text, round_spread
+
+    data = Path(__file__).parents[2] / "bench/data/users_sweep_d0_d4096_2026-12-02.jsonl.xz"
+    record = json.loads(read_text(data).splitlines()[0])
+    one = next(r for r in record["rounds"] if r["n_users"] == 1)
+    slow, fast = (
+        {**one, "steps": [[*s[:3], s[3] * f, s[4] * f] for s in one["steps"]]} for f in (1.5, 0.8)
+    )
+    record = {**record, "plan": {**record["plan"], "n_users": [1], "repetitions": 3}}
+    spec = model_spec(read_model(smollm_path))
+    hw = Hardware(host=Device("CPU", "host", 24 << 30, 20 << 30, 20.0))
+    every = points_of({**record, "rounds": [slow, one, fast], "fill": []}, spec, hw, "cpu",
+                      rounds=True)  # fmt: skip
+    assert len(every) == 6
+    assert len(median_rounds(every)) == 2
+    spread = round_spread(every)
+    assert sorted(round(e, 3) for e in spread["ttft"]) == [-0.2, 0.5]
+    assert sorted(round(e, 3) for e in spread["decode"]) == [-0.333, 0.25]
+    # one round alone has no spread
+    assert round_spread(points_of({**record, "rounds": [one], "fill": []}, spec, hw, "cpu",
+                                  rounds=True)) == {}  # fmt: skip
