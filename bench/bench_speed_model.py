@@ -106,14 +106,17 @@ def _round_groups(points: Sequence[Point]) -> list[list[Point]]:
     return list(groups.values())
 
 
+def _median_point(group: Sequence[Point]) -> Point:
+    """Return the point of ``group`` whose measurement is the median
+    (``statistics.median_low``: the lower middle one for an even count)."""
+    middle = statistics.median_low(p.measured for p in group)
+    return next(p for p in group if p.measured == middle)
+
+
 def median_rounds(points: Sequence[Point]) -> list[Point]:
     """Return one point per (figure, depth, users, tokens) of ``points``: the median
-    measurement of its repetitions (``statistics.median_low``), in first-seen order."""
-    out = []
-    for group in _round_groups(points):
-        middle = statistics.median_low(p.measured for p in group)
-        out.append(next(p for p in group if p.measured == middle))
-    return out
+    measurement of its repetitions, in first-seen order."""
+    return [_median_point(group) for group in _round_groups(points)]
 
 
 def round_spread(points: Sequence[Point]) -> dict[str, list[float]]:
@@ -126,10 +129,9 @@ def round_spread(points: Sequence[Point]) -> dict[str, list[float]]:
     for group in _round_groups(points):
         if len(group) < 2:
             continue
-        middle = statistics.median_low(p.measured for p in group)
-        chosen = next(p for p in group if p.measured == middle)
+        chosen = _median_point(group)
         out.setdefault(chosen.what, []).extend(
-            p.measured / middle - 1.0 for p in group if p is not chosen
+            p.measured / chosen.measured - 1.0 for p in group if p is not chosen
         )
     return out
 
