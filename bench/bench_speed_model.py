@@ -71,6 +71,26 @@ def read_text(path: Path) -> str:
     return path.read_text()
 
 
+def read_records(paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """Return the runs of the sweep files ``paths``, one JSON object per line; exit with
+    a message naming the file and line where one is missing or not a run."""
+    out = []
+    for path in paths:
+        try:
+            text = read_text(path)
+        except (OSError, lzma.LZMAError) as exc:
+            sys.exit(f"{path}: cannot read the sweep: {exc}")
+        for no, line in enumerate(text.splitlines(), 1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                sys.exit(f"{path}:{no}: not a sweep run (cut short or edited?): {exc}")
+            if not isinstance(record, dict) or not {"file", "n_threads"} <= record.keys():
+                sys.exit(f"{path}:{no}: not a sweep run: it has no file or n_threads")
+            out.append(record)
+    return out
+
+
 def points_of(
     record: dict[str, Any], spec: ModelSpec, hw: Hardware, clock: str, *, rounds: bool = False
 ) -> list[Point]:
@@ -191,9 +211,7 @@ def main() -> None:
     specs: dict[str, ModelSpec] = {}
     points: list[Point] = []
     spread: dict[str, list[float]] = {}
-    lines = [line for path in args.sweep for line in read_text(path).splitlines()]
-    for line in lines:
-        record = json.loads(line)
+    for record in read_records(args.sweep):
         if int(record["n_threads"]) != rates.n_threads:
             continue
         f = record["file"]

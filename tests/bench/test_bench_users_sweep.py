@@ -80,3 +80,23 @@ def test_the_noise_floor_is_each_other_round_against_the_median_one(smollm_path:
     assert sorted(round(e, 3) for e in spread["decode"]) == [-0.333, 0.25]
     # one round alone has no spread
     assert round_spread(points_of({**record, "rounds": [one]}, spec, hw, "cpu", rounds=True)) == {}
+
+
+def test_a_broken_sweep_line_is_named_not_a_traceback(tmp_path: Path) -> None:
+    import pytest
+
+    from bench.bench_speed_model import read_records
+
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"file": "a.gguf", "n_threads": 2}\n')
+    assert read_records([good]) == [{"file": "a.gguf", "n_threads": 2}]
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text('{"file": "a.gguf", "n_threads": 2}\n{"file": "b.gg')
+    with pytest.raises(SystemExit, match=r"cut\.jsonl:2: not a sweep run \(cut short"):
+        read_records([good, cut])
+    other = tmp_path / "other.jsonl"
+    other.write_text("[1, 2]\n")
+    with pytest.raises(SystemExit, match=r"other\.jsonl:1: not a sweep run: it has no file"):
+        read_records([other])
+    with pytest.raises(SystemExit, match="cannot read the sweep"):
+        read_records([tmp_path / "missing.jsonl"])
